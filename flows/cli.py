@@ -1,0 +1,176 @@
+"""The ``irforge`` command: run flows, see their status, look inside artifacts.
+
+Errors that are the user's to fix print one line (``error: ...``) and exit 1; anything
+else prints one line naming the exception and exits 2 (``IRFORGE_DEBUG=1`` shows the
+traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import pyarrow.compute as pc
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+
+from flows.registry import get_pipeline
+from irforge.artifacts import Artifact, ArtifactStore
+from irforge.errors import IrforgeError
+from irforge.pipeline import Selection
+from irforge.runs import latest_fingerprints
+from irforge.status import flow_status
+from irforge.summary import rows_table, run_summary, status_table
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Build IR test collections as Prefect flows.")
+out = Console()
+err = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Flow config (YAML). Default: the bundled demo config.")
+]
+ArtifactsOpt = Annotated[
+    Path,
+    typer.Option("--artifacts", "-a", envvar="IRFORGE_ARTIFACTS", help="Artifact root.", show_default=True),
+]
+DEFAULT_ARTIFACTS = Path("data/artifacts")
+
+
+def _one_line_errors(fn: F) -> F:
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except IrforgeError as e:
+            err.print(f"[red]error:[/] {' | '.join(str(e).splitlines())}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+        except (typer.Exit, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            if os.environ.get("IRFORGE_DEBUG"):
+                raise
+            err.print(f"[red]error:[/] {type(e).__name__}: {e} (IRFORGE_DEBUG=1 shows the traceback)", soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _setup_logging() -> None:
+    handler = RichHandler(console=err, show_path=False, show_time=False, markup=False)
+    logger = logging.getLogger("irforge")
+    if not any(isinstance(h, RichHandler) for h in logger.handlers):
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+@app.command()
+@_one_line_errors
+def run(
+    flow: Annotated[str, typer.Argument(help="Flow name, e.g. cure.")],
+    config: ConfigOpt = None,
+    from_stage: Annotated[
+        str | None, typer.Option("--from", help="Recompute this stage and everything after it.")
+    ] = None,
+    only: Annotated[str | None, typer.Option("--only", help="Recompute this stage alone.")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="Stop after this stage.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Recompute every selected stage.")] = False,
+    artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
+) -> None:
+    """Run a flow (or part of it). Stages whose fingerprint exists are reused."""
+    _setup_logging()
+    get_pipeline(flow)  # a bad name fails before Prefect starts
+    from flows.run import FLOWS  # Prefect is imported only for `run`
+
+    selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
+    result = FLOWS[flow](config=config, artifacts=artifacts, selection=selection)
+    out.print(run_summary(flow, result.outcomes))
+    out.print(f"run record: {result.record_path}", highlight=False)
+
+
+@app.command()
+@_one_line_errors
+def status(
+    flow: Annotated[str, typer.Argument(help="Flow name.")],
+    config: ConfigOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
+) -> None:
+    """Per stage: fingerprint, fresh / stale (and what changed) / missing, rows, time."""
+    pipeline = get_pipeline(flow)
+    flow_config, base_dir = pipeline.load(config)
+    statuses = flow_status(pipeline, flow_config, base_dir, ArtifactStore(artifacts.resolve()))
+    if as_json:
+        payload = {"flow": flow, "artifacts": str(artifacts.resolve()), "stages": [s.to_json() for s in statuses]}
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        out.print(status_table(flow, statuses))
+
+
+def _artifact_for_show(flow: str, stage: str, config: Path | None, store: ArtifactStore) -> Artifact:
+    pipeline = get_pipeline(flow)
+    pipeline.spec(stage)
+    flow_config, base_dir = pipeline.load(config)
+    current = pipeline.plan(flow_config, base_dir)[stage].fingerprint
+    found = store.find(flow, stage, current)
+    if found is not None:
+        return found
+    previous = latest_fingerprints(store, flow).get(stage)
+    found = store.find(flow, stage, previous) if previous else None
+    if found is None:
+        raise IrforgeError(f"no artifact for {flow}/{stage}: run `irforge run {flow} --until {stage}` first")
+    err.print(f"[yellow]note:[/] {flow}/{stage} is stale; showing the last run's artifact {found.fingerprint}")
+    return found
+
+
+@app.command()
+@_one_line_errors
+def show(
+    flow: Annotated[str, typer.Argument(help="Flow name.")],
+    stage: Annotated[str, typer.Argument(help="Stage name.")],
+    excluded: Annotated[bool, typer.Option("--excluded", help="Show the rows the stage dropped.")] = False,
+    n: Annotated[int, typer.Option("-n", help="Number of rows.", min=0)] = 10,
+    columns: Annotated[str | None, typer.Option("--columns", help="Comma-separated columns to show.")] = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="With --excluded: only this reason.")] = None,
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="Print rows as JSON lines.")] = False,
+    config: ConfigOpt = None,
+    artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
+) -> None:
+    """Print rows of a stage's artifact (kept rows, or --excluded ones with their reasons)."""
+    artifact = _artifact_for_show(flow, stage, config, ArtifactStore(artifacts.resolve()))
+    table = artifact.excluded() if excluded else artifact.read()
+    if reason is not None:
+        if not excluded:
+            raise IrforgeError("--reason needs --excluded")
+        table = table.filter(pc.equal(table.column("reason"), reason))
+    if columns:
+        wanted = [c.strip() for c in columns.split(",") if c.strip()]
+        unknown = [c for c in wanted if c not in table.column_names]
+        if unknown:
+            raise IrforgeError(f"unknown column(s) {unknown}; columns: {', '.join(table.column_names)}")
+        table = table.select(wanted)
+    total = table.num_rows
+    table = table.slice(0, n)
+    if jsonl:
+        for row in table.to_pylist():
+            sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        return
+    what = "excluded" if excluded else "kept"
+    out.print(rows_table(f"{flow}/{stage} {artifact.fingerprint}: {table.num_rows} of {total} {what} rows", table))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

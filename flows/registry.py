@@ -1,0 +1,27 @@
+"""Flow name → its pipeline description. Importing this does not import Prefect."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tasks.cure
+from irforge.errors import IrforgeError
+from irforge.pipeline import Pipeline
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+PIPELINES: dict[str, Pipeline] = {
+    "cure": Pipeline(
+        name="cure",
+        config_type=tasks.cure.CureConfig,
+        stages=tasks.cure.STAGES,
+        default_config=CONFIGS / "cure.yaml",
+    ),
+}
+
+
+def get_pipeline(name: str) -> Pipeline:
+    try:
+        return PIPELINES[name]
+    except KeyError:
+        raise IrforgeError(f"unknown flow {name!r} (flows: {', '.join(sorted(PIPELINES))})") from None

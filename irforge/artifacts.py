@@ -1,0 +1,156 @@
+"""The artifact store: ``<root>/<flow>/<stage>/<fingerprint>/``.
+
+An artifact directory holds ``part-NNNNN.parquet`` (the rows kept, at least one part even
+when empty so the schema is always readable), ``excluded.parquet`` (rows dropped, with a
+``reason`` column) and ``manifest.json``. It becomes visible in one ``rename`` of a fully
+written sibling directory, so a reader either sees the whole artifact or nothing.
+
+Work in progress lives beside it in ``.work-<fingerprint>/`` (finished chunks of a long
+stage, kept across crashes) and ``.tmp-*`` directories (being assembled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from irforge.errors import ArtifactError
+
+MANIFEST = "manifest.json"
+EXCLUDED = "excluded.parquet"
+PARQUET_COMPRESSION = "zstd"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A published, immutable artifact."""
+
+    path: Path
+
+    @cached_property
+    def manifest(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
+        return data
+
+    @property
+    def fingerprint(self) -> str:
+        return self.path.name
+
+    @property
+    def stage(self) -> str:
+        return self.path.parent.name
+
+    @property
+    def parts(self) -> list[Path]:
+        return sorted(self.path.glob("part-*.parquet"))
+
+    @property
+    def num_rows(self) -> int:
+        return sum(pq.ParquetFile(p).metadata.num_rows for p in self.parts)
+
+    def read(self, columns: list[str] | None = None) -> pa.Table:
+        tables = [pq.read_table(p, columns=columns) for p in self.parts]
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+    def iter_batches(self, rows: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        for part in self.parts:
+            yield from pq.ParquetFile(part).iter_batches(batch_size=rows, columns=columns)
+
+    def excluded(self) -> pa.Table:
+        return pq.read_table(self.path / EXCLUDED)
+
+
+class ArtifactStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def stage_dir(self, flow: str, stage: str) -> Path:
+        return self.root / flow / stage
+
+    def find(self, flow: str, stage: str, fingerprint: str) -> Artifact | None:
+        path = self.stage_dir(flow, stage) / fingerprint
+        # The manifest is written last inside the temporary directory, and the directory is
+        # renamed into place only after that, so a final-named directory is always complete.
+        return Artifact(path) if (path / MANIFEST).is_file() else None
+
+    def get(self, flow: str, stage: str, fingerprint: str) -> Artifact:
+        found = self.find(flow, stage, fingerprint)
+        if found is None:
+            raise ArtifactError(f"no artifact {flow}/{stage}/{fingerprint} under {self.root}")
+        return found
+
+    def work_dir(self, flow: str, stage: str, fingerprint: str) -> Path:
+        return self.stage_dir(flow, stage) / f".work-{fingerprint}"
+
+    def new_tmp_dir(self, flow: str, stage: str, fingerprint: str) -> Path:
+        path = self.stage_dir(flow, stage) / f".tmp-{fingerprint}-{uuid.uuid4().hex[:8]}"
+        path.mkdir(parents=True)
+        return path
+
+    def publish(self, tmp: Path, flow: str, stage: str, fingerprint: str) -> Artifact:
+        """Atomically make ``tmp`` the artifact; an existing one (a forced rerun) is replaced."""
+        final = self.stage_dir(flow, stage) / fingerprint
+        _fsync_dir(tmp)
+        if final.exists():
+            trash = final.with_name(f".trash-{fingerprint}-{uuid.uuid4().hex[:8]}")
+            final.rename(trash)
+            tmp.rename(final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            tmp.rename(final)
+        _fsync_dir(final.parent)
+        return Artifact(final)
+
+    @contextlib.contextmanager
+    def lock(self, flow: str, stage: str, fingerprint: str) -> Iterator[None]:
+        """Serialise two runs computing the same artifact (the second then reuses it)."""
+        directory = self.stage_dir(flow, stage)
+        directory.mkdir(parents=True, exist_ok=True)
+        with (directory / f".lock-{fingerprint}").open("a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def fingerprints(self, flow: str, stage: str) -> list[str]:
+        directory = self.stage_dir(flow, stage)
+        if not directory.is_dir():
+            return []
+        return sorted(p.name for p in directory.iterdir() if not p.name.startswith(".") and p.is_dir())
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True, ensure_ascii=False)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+def write_parquet_atomic(path: Path, table: pa.Table) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    pq.write_table(table, tmp, compression=PARQUET_COMPRESSION)
+    tmp.replace(path)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,356 @@
+"""Runs one stage under the stage contract (DESIGN §4).
+
+Reuse an artifact whose fingerprint exists; otherwise process the input in chunks, each
+persisted as it finishes under ``.work-<fingerprint>/`` (a killed run resumes from the
+last finished chunk), check rows in = rows out + rows excluded for every chunk, then
+assemble the part files, ``excluded.parquet`` and ``manifest.json`` in a temporary
+directory and publish it with one rename.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from irforge.artifacts import (
+    EXCLUDED,
+    MANIFEST,
+    PARQUET_COMPRESSION,
+    Artifact,
+    ArtifactStore,
+    write_json_atomic,
+    write_parquet_atomic,
+)
+from irforge.config import ExecutionConfig
+from irforge.errors import AccountingError, IrforgeError
+from irforge.fingerprint import fingerprint
+from irforge.progress import NullProgress, Progress
+from irforge.stage import ChunkResult, StageContext, StageSpec, key_set
+
+log = logging.getLogger("irforge")
+
+StageState = Literal["reused", "computed", "resumed"]
+
+# Libraries whose version is recorded in every manifest (those that can change a result).
+_RECORDED_PACKAGES = ("irforge", "pyarrow", "pydantic", "lxml", "justext", "pysbd", "ftfy")
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """A stage with its inputs resolved: enough to know its fingerprint without running it."""
+
+    spec: StageSpec[Any]
+    context: StageContext[Any]
+    upstream_fingerprints: dict[str, str]
+    inputs: dict[str, Any]
+
+    @classmethod
+    def make(
+        cls, spec: StageSpec[Any], context: StageContext[Any], upstream_fingerprints: dict[str, str]
+    ) -> StagePlan:
+        return cls(spec, context, dict(sorted(upstream_fingerprints.items())), spec.inputs(context))
+
+    @property
+    def material(self) -> dict[str, Any]:
+        return {
+            "stage": self.spec.name,
+            "version": self.spec.version,
+            "config": self.context.config.model_dump(mode="json"),
+            "upstream": self.upstream_fingerprints,
+            "inputs": self.inputs,
+        }
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.material)
+
+    def with_upstream(self, upstream: dict[str, Artifact]) -> StagePlan:
+        context = StageContext(self.context.config, self.context.base_dir, upstream)
+        return StagePlan(self.spec, context, self.upstream_fingerprints, self.inputs)
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    artifact: Artifact
+    state: StageState
+    wall_s: float
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.artifact.manifest
+
+
+def run_stage(
+    plan: StagePlan,
+    store: ArtifactStore,
+    flow: str,
+    execution: ExecutionConfig,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> StageOutcome:
+    spec = plan.spec
+    material = plan.material
+    fp = fingerprint(material)
+    started = time.perf_counter()
+    with store.lock(flow, spec.name, fp):
+        existing = store.find(flow, spec.name, fp)
+        if existing is not None and not force:
+            log.warning(
+                "REUSED %s/%s %s (computed %s)", flow, spec.name, fp, existing.manifest.get("created_at")
+            )
+            return StageOutcome(existing, "reused", time.perf_counter() - started)
+        work = store.work_dir(flow, spec.name, fp)
+        if force and work.exists():
+            shutil.rmtree(work)
+        resumed = _prepare_work_dir(work, fp, execution.chunk_rows)
+        totals = _run_chunks(plan, work, execution.chunk_rows, progress or NullProgress())
+        if resumed:
+            log.warning("RESUMED %s/%s %s: %d finished chunk(s) kept", flow, spec.name, fp, resumed)
+        tmp = store.new_tmp_dir(flow, spec.name, fp)
+        try:
+            kept, excluded = _chunk_outputs(spec, work, totals.chunks)
+            if spec.finalize is not None:
+                kept, extra = _finalize(plan, kept, totals)
+                excluded = [*excluded, extra]
+            _write_artifact(spec, kept, excluded, tmp, execution.part_rows)
+            wall = time.perf_counter() - started
+            write_json_atomic(tmp / MANIFEST, _manifest(flow, plan, fp, material, totals, wall, resumed))
+            artifact = store.publish(tmp, flow, spec.name, fp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        shutil.rmtree(work, ignore_errors=True)
+    state: StageState = "resumed" if resumed else "computed"
+    log.info("%s %s/%s %s in %.2fs", state.upper(), flow, spec.name, fp, wall)
+    return StageOutcome(artifact, state, wall)
+
+
+@dataclass
+class _Totals:
+    chunks: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    rows_excluded: int = 0
+    units_in: int = 0
+    units_kept: int = 0
+    units_excluded: int = 0
+    process_s: float = 0.0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def add(self, marker: dict[str, Any]) -> None:
+        self.chunks += 1
+        for name in ("rows_in", "rows_out", "rows_excluded", "units_in", "units_kept", "units_excluded"):
+            setattr(self, name, getattr(self, name) + marker[name])
+        self.process_s += marker["process_s"]
+        self.reasons.update(marker["reasons"])
+
+
+def _chunk_paths(work: Path, index: int) -> tuple[Path, Path, Path]:
+    stem = work / f"chunk-{index:06d}"
+    return stem.with_suffix(".kept.parquet"), stem.with_suffix(".excluded.parquet"), stem.with_suffix(".json")
+
+
+def _prepare_work_dir(work: Path, fp: str, chunk_rows: int) -> int:
+    """Create or validate the work dir; return how many finished chunks it already holds."""
+    plan_file = work / "plan.json"
+    if work.exists():
+        try:
+            plan = json.loads(plan_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            plan = {}
+        if plan.get("fingerprint") == fp and plan.get("chunk_rows") == chunk_rows:
+            return len(list(work.glob("chunk-*.json")))
+        # Chunk boundaries would not line up with what was persisted: start over.
+        log.warning("discarding %s: it was made with other chunk settings", work)
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    write_json_atomic(plan_file, {"fingerprint": fp, "chunk_rows": chunk_rows})
+    return 0
+
+
+def _run_chunks(plan: StagePlan, work: Path, chunk_rows: int, progress: Progress) -> _Totals:
+    spec = plan.spec
+    totals = _Totals()
+    source = spec.source(plan.context, plan.inputs)
+    progress.start(spec.name, source.num_rows())
+    for index, chunk in enumerate(source.batches(chunk_rows)):
+        kept_path, excluded_path, marker_path = _chunk_paths(work, index)
+        if marker_path.exists():
+            totals.add(json.loads(marker_path.read_text(encoding="utf-8")))
+            progress.advance(chunk.num_rows)
+            continue
+        t0 = time.perf_counter()
+        result = spec.process(chunk, plan.context)
+        elapsed = time.perf_counter() - t0
+        kept, excluded = _conform(spec, result)
+        marker = _account(spec, chunk, kept, excluded, index)
+        marker["process_s"] = elapsed
+        write_parquet_atomic(kept_path, kept)
+        write_parquet_atomic(excluded_path, excluded)
+        write_json_atomic(marker_path, marker)  # the commit point of this chunk
+        totals.add(marker)
+        progress.advance(chunk.num_rows)
+    progress.finish()
+    return totals
+
+
+def _conform(spec: StageSpec[Any], result: ChunkResult) -> tuple[pa.Table, pa.Table]:
+    def cast(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
+        missing = [n for n in schema.names if n not in table.column_names]
+        extra = [n for n in table.column_names if n not in schema.names]
+        if missing or extra:
+            raise IrforgeError(
+                f"stage {spec.name} produced {what} rows with columns missing {missing} / unexpected {extra}"
+            )
+        return table.select(schema.names).cast(schema)
+
+    return cast(result.kept, spec.schema, "kept"), cast(result.excluded, spec.excluded_schema, "excluded")
+
+
+def _account(
+    spec: StageSpec[Any], chunk: pa.Table, kept: pa.Table, excluded: pa.Table, index: int
+) -> dict[str, Any]:
+    units_in = key_set(chunk, spec.key)
+    units_kept = spec.units_kept(kept)
+    units_excluded = key_set(excluded, spec.key)
+    both = units_kept & units_excluded
+    lost = units_in - units_kept - units_excluded
+    invented = (units_kept | units_excluded) - units_in
+    if both or lost or invented:
+
+        def show(units: set[tuple[Any, ...]]) -> str:
+            return ", ".join(repr(u[0] if len(u) == 1 else u) for u in sorted(units, key=repr)[:3])
+
+        raise AccountingError(
+            f"stage {spec.name} chunk {index}: rows in != rows out + rows excluded "
+            f"(lost: {len(lost)} {show(lost)}; both kept and excluded: {len(both)} {show(both)}; "
+            f"not in input: {len(invented)} {show(invented)})"
+        )
+    reasons = Counter(excluded.column("reason").to_pylist())
+    return {
+        "rows_in": chunk.num_rows,
+        "rows_out": kept.num_rows,
+        "rows_excluded": excluded.num_rows,
+        "units_in": len(units_in),
+        "units_kept": len(units_kept),
+        "units_excluded": len(units_excluded),
+        "reasons": dict(sorted(reasons.items())),
+    }
+
+
+def _chunk_outputs(spec: StageSpec[Any], work: Path, chunks: int) -> tuple[Iterator[pa.Table], list[pa.Table]]:
+    """Kept rows streamed chunk by chunk (they may be large); excluded rows all at once."""
+
+    def kept() -> Iterator[pa.Table]:
+        for i in range(chunks):
+            yield pq.read_table(_chunk_paths(work, i)[0]).cast(spec.schema)
+
+    excluded = [pq.read_table(_chunk_paths(work, i)[1]).cast(spec.excluded_schema) for i in range(chunks)]
+    return kept(), excluded
+
+
+def _finalize(plan: StagePlan, kept: Iterator[pa.Table], totals: _Totals) -> tuple[Iterator[pa.Table], pa.Table]:
+    spec = plan.spec
+    assert spec.finalize is not None
+    before = pa.concat_tables([spec.schema.empty_table(), *kept])
+    result = spec.finalize(before, plan.context)
+    after, extra = _conform(spec, result)
+    units_before = spec.units_kept(before)
+    units_after, units_extra = spec.units_kept(after), key_set(extra, spec.key)
+    if units_after & units_extra or (units_after | units_extra) != units_before:
+        raise AccountingError(f"stage {spec.name}: finalize lost, invented or duplicated rows")
+    totals.rows_out = after.num_rows
+    totals.rows_excluded += extra.num_rows
+    totals.units_kept = len(units_after)
+    totals.units_excluded += len(units_extra)
+    totals.reasons.update(extra.column("reason").to_pylist())
+    return iter([after]), extra
+
+
+def _write_artifact(
+    spec: StageSpec[Any], kept: Iterator[pa.Table], excluded: list[pa.Table], out: Path, part_rows: int
+) -> None:
+    part = 0
+    writer: pq.ParquetWriter | None = None
+    rows_in_part = 0
+    for table in kept:
+        offset = 0
+        while offset < table.num_rows:
+            if writer is None:
+                path = out / f"part-{part:05d}.parquet"
+                writer = pq.ParquetWriter(path, spec.schema, compression=PARQUET_COMPRESSION)
+            take = min(part_rows - rows_in_part, table.num_rows - offset)
+            writer.write_table(table.slice(offset, take))
+            offset += take
+            rows_in_part += take
+            if rows_in_part >= part_rows:
+                writer.close()
+                writer, part, rows_in_part = None, part + 1, 0
+    if writer is not None:
+        writer.close()
+    elif part == 0:  # nothing kept: still one (empty) part, so the schema is always readable
+        pq.write_table(spec.schema.empty_table(), out / "part-00000.parquet", compression=PARQUET_COMPRESSION)
+    table = pa.concat_tables([spec.excluded_schema.empty_table(), *excluded])
+    pq.write_table(table, out / EXCLUDED, compression=PARQUET_COMPRESSION)
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in _RECORDED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _manifest(
+    flow: str,
+    plan: StagePlan,
+    fp: str,
+    material: dict[str, Any],
+    totals: _Totals,
+    wall: float,
+    resumed_chunks: int,
+) -> dict[str, Any]:
+    spec = plan.spec
+    return {
+        "flow": flow,
+        "stage": spec.name,
+        "version": spec.version,
+        "fingerprint": fp,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "material": material,
+        "upstream": {name: str(a.path) for name, a in sorted(plan.context.upstream.items())},
+        "versions": _versions(),
+        "schema": [{"name": f.name, "type": str(f.type)} for f in spec.schema],
+        "key": list(spec.key),
+        "counts": {
+            "rows_in": totals.rows_in,
+            "rows_out": totals.rows_out,
+            "rows_excluded": totals.rows_excluded,
+            "units_in": totals.units_in,
+            "units_kept": totals.units_kept,
+            "units_excluded": totals.units_excluded,
+            "excluded_by_reason": dict(sorted(totals.reasons.items())),
+        },
+        "chunks": {"total": totals.chunks, "resumed": resumed_chunks},
+        "wall_s": round(wall, 4),
+        "process_s": round(totals.process_s, 4),
+        "rows_per_s": round(totals.rows_in / wall, 1) if wall > 0 else None,
+        "cost": {},
+    }

@@ -1,0 +1,151 @@
+"""A flow as data: its stages in order, its config model, and how a run is selected.
+
+Nothing here imports Prefect: ``flows/`` wraps :func:`execute_step` in Prefect tasks, and
+``irforge status`` / ``show`` use the same plans without starting anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from irforge.artifacts import ArtifactStore
+from irforge.config import ExecutionConfig, StrictModel, load_config
+from irforge.engine import StageOutcome, StagePlan, run_stage
+from irforge.errors import IrforgeError
+from irforge.progress import Progress
+from irforge.stage import StageContext, StageSpec
+
+
+class FlowConfig(StrictModel):
+    execution: ExecutionConfig = ExecutionConfig()
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    config_type: type[FlowConfig]
+    stages: tuple[StageSpec[Any], ...]  # in an order where upstream comes first
+    default_config: Path
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for spec in self.stages:
+            missing = [u for u in spec.upstream if u not in seen]
+            if missing:
+                raise ValueError(f"{self.name}: stage {spec.name} comes before its upstream {missing}")
+            seen.add(spec.name)
+
+    @property
+    def stage_names(self) -> list[str]:
+        return [s.name for s in self.stages]
+
+    def spec(self, name: str) -> StageSpec[Any]:
+        for spec in self.stages:
+            if spec.name == name:
+                return spec
+        raise IrforgeError(f"flow {self.name} has no stage {name!r} (stages: {', '.join(self.stage_names)})")
+
+    def stage_config(self, config: FlowConfig, name: str) -> BaseModel:
+        stage_config: BaseModel = getattr(config.stages, name)  # type: ignore[attr-defined]
+        return stage_config
+
+    def descendants(self, name: str) -> set[str]:
+        found = {name}
+        for spec in self.stages:  # upstream-first order: one pass suffices
+            if found.intersection(spec.upstream):
+                found.add(spec.name)
+        return found - {name}
+
+    def ancestors(self, name: str) -> set[str]:
+        found: set[str] = set()
+        todo = list(self.spec(name).upstream)
+        while todo:
+            up = todo.pop()
+            if up not in found:
+                found.add(up)
+                todo.extend(self.spec(up).upstream)
+        return found
+
+    def load(self, config_path: Path | None) -> tuple[FlowConfig, Path]:
+        """The validated config and the folder its relative paths are resolved against."""
+        path = (config_path or self.default_config).resolve()
+        return load_config(self.config_type, path), path.parent
+
+    def plan(self, config: FlowConfig, base_dir: Path) -> dict[str, StagePlan]:
+        plans: dict[str, StagePlan] = {}
+        for spec in self.stages:
+            context = StageContext(self.stage_config(config, spec.name), base_dir)
+            upstream = {u: plans[u].fingerprint for u in spec.upstream}
+            plans[spec.name] = StagePlan.make(spec, context, upstream)
+        return plans
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which stages a run computes: ``--from`` / ``--only`` / ``--until`` / ``--force``."""
+
+    from_stage: str | None = None
+    only: str | None = None
+    until: str | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    plan: StagePlan
+    force: bool
+
+    @property
+    def name(self) -> str:
+        return self.plan.spec.name
+
+
+def select_steps(
+    pipeline: Pipeline, plans: dict[str, StagePlan], selection: Selection, store: ArtifactStore
+) -> list[Step]:
+    """The stages to execute, in order, each marked forced (recompute) or not (reuse if present).
+
+    - default: every stage, reusing what exists;
+    - ``until S``: S and what it depends on;
+    - ``from S``: S and everything downstream recomputed, upstream reused (computed if missing);
+    - ``only S``: S alone recomputed; its upstream artifacts must already exist;
+    - ``force``: every selected stage recomputed.
+    """
+    for name in (selection.from_stage, selection.only, selection.until):
+        if name is not None:
+            pipeline.spec(name)  # fails with the list of valid names
+    if selection.only and (selection.from_stage or selection.until):
+        raise IrforgeError("--only cannot be combined with --from or --until")
+    if selection.only:
+        spec = pipeline.spec(selection.only)
+        for up in spec.upstream:
+            if store.find(pipeline.name, up, plans[up].fingerprint) is None:
+                raise IrforgeError(
+                    f"--only {spec.name}: upstream stage {up} has no artifact for the current config "
+                    f"(run `irforge run {pipeline.name} --until {up}` first)"
+                )
+        return [Step(plans[spec.name], force=True)]
+    names = pipeline.stage_names
+    if selection.until:
+        wanted = pipeline.ancestors(selection.until) | {selection.until}
+        names = [n for n in names if n in wanted]
+    forced: set[str] = set(names) if selection.force else set()
+    if selection.from_stage:
+        if selection.until and selection.from_stage not in names:
+            raise IrforgeError(f"--from {selection.from_stage} is not upstream of --until {selection.until}")
+        forced |= {selection.from_stage} | pipeline.descendants(selection.from_stage)
+    return [Step(plans[n], force=n in forced) for n in names]
+
+
+def execute_step(
+    step: Step, store: ArtifactStore, flow: str, execution: ExecutionConfig, progress: Progress | None = None
+) -> StageOutcome:
+    """Run one stage against the upstream artifacts its plan names."""
+    upstream = {
+        name: store.get(flow, name, fp) for name, fp in step.plan.upstream_fingerprints.items()
+    }
+    return run_stage(step.plan.with_upstream(upstream), store, flow, execution, force=step.force, progress=progress)

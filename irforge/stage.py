@@ -1,0 +1,167 @@
+"""What a stage is: a typed config, its inputs, a chunk function, explicit schemas.
+
+A stage never touches the artifact store itself. It says where its input rows come from
+(:class:`Source`) and how one chunk of them becomes rows kept and rows excluded
+(``process``); the engine (:mod:`irforge.engine`) fingerprints, chunks, persists,
+resumes, checks the row accounting and publishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel
+
+from irforge.artifacts import Artifact
+
+C = TypeVar("C", bound=BaseModel)
+
+# Every exclusion table starts with these columns, then the stage's own.
+EXCLUSION_FIELDS = (pa.field("reason", pa.string(), nullable=False), pa.field("detail", pa.string()))
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    kept: pa.Table
+    excluded: pa.Table
+
+
+class Source(Protocol):
+    """The rows a stage consumes, in a deterministic order."""
+
+    def num_rows(self) -> int: ...
+
+    def batches(self, rows: int) -> Iterator[pa.Table]: ...
+
+
+@dataclass(frozen=True)
+class StageContext(Generic[C]):
+    """What a stage function may use: its config, the config's folder, upstream artifacts.
+
+    ``upstream`` is empty while a run is only being planned (fingerprints, ``status``).
+    """
+
+    config: C
+    base_dir: Path  # relative paths in the config are relative to the config file
+    upstream: Mapping[str, Artifact] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ArtifactSource:
+    """Rows of an upstream artifact; ``group_by`` keeps rows of one group in one chunk."""
+
+    artifact: Artifact
+    group_by: str | None = None
+    columns: list[str] | None = None
+
+    def num_rows(self) -> int:
+        return self.artifact.num_rows
+
+    def batches(self, rows: int) -> Iterator[pa.Table]:
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        for batch in self.artifact.iter_batches(rows, self.columns):
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            if pending_rows < rows:
+                continue
+            table = pa.Table.from_batches(pending)
+            cut = _group_cut(table, self.group_by, rows)
+            yield table.slice(0, cut)
+            rest = table.slice(cut)
+            pending = rest.to_batches() if rest.num_rows else []
+            pending_rows = rest.num_rows
+        if pending_rows:
+            yield pa.Table.from_batches(pending)
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """Rows already in memory (e.g. a file listing), cut into chunks in order."""
+
+    table: pa.Table
+
+    def num_rows(self) -> int:
+        return int(self.table.num_rows)
+
+    def batches(self, rows: int) -> Iterator[pa.Table]:
+        for offset in range(0, self.table.num_rows, rows):
+            yield self.table.slice(offset, rows)
+
+
+def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Python rows to a table of exactly ``schema`` (a missing nullable column is an error too)."""
+    return pa.Table.from_pylist(rows, schema=schema) if rows else schema.empty_table()
+
+
+def _group_cut(table: pa.Table, group_by: str | None, rows: int) -> int:
+    """Where to end a chunk of at least ``rows`` rows without splitting a group."""
+    if group_by is None or table.num_rows <= rows:
+        return min(rows, int(table.num_rows))
+    keys = table.column(group_by)
+    last = keys[rows - 1]
+    tail = keys.slice(rows)
+    differs = pc.not_equal(tail, last)
+    idx = int(pc.index(differs, True).as_py())
+    # A group larger than what is buffered stays whole: take everything buffered.
+    return int(table.num_rows) if idx < 0 else rows + idx
+
+
+def key_set(table: pa.Table, key: tuple[str, ...]) -> set[tuple[Any, ...]]:
+    columns = [table.column(k).to_pylist() for k in key]
+    return set(zip(*columns, strict=True))
+
+
+@dataclass(frozen=True)
+class StageSpec(Generic[C]):
+    """One stage of a flow.
+
+    ``key`` names the input columns that identify one accounting unit (an article, a
+    passage): every unit of the input must end up in exactly one of kept / excluded.
+    ``kept_keys`` maps kept rows back to the units they came from when that is not just
+    the same columns (e.g. a passage merged from several paragraphs).
+
+    ``finalize`` sees all kept rows at once, for rules no chunk can check alone (e.g. one
+    row per article id); it may move rows to the excluded ones, never add or drop any.
+
+    ``inputs`` describes external inputs (file digests, prompt texts, model ids) for the
+    fingerprint; it runs at planning time. ``source`` builds the input rows at run time
+    and receives what ``inputs`` returned, so nothing is read twice.
+    """
+
+    name: str
+    version: int
+    config_type: type[C]
+    upstream: tuple[str, ...]
+    schema: pa.Schema
+    excluded_schema: pa.Schema
+    key: tuple[str, ...]
+    source: Callable[[StageContext[C], dict[str, Any]], Source]
+    process: Callable[[pa.Table, StageContext[C]], ChunkResult]
+    kept_keys: Callable[[pa.Table], set[tuple[Any, ...]]] | None = None
+    finalize: Callable[[pa.Table, StageContext[C]], ChunkResult] | None = None
+    inputs: Callable[[StageContext[C]], dict[str, Any]] = field(default=lambda _ctx: {})
+    description: str = ""
+
+    def units_kept(self, kept: pa.Table) -> set[tuple[Any, ...]]:
+        return self.kept_keys(kept) if self.kept_keys else key_set(kept, self.key)
+
+
+def exclusion_schema(*fields: pa.Field) -> pa.Schema:
+    return pa.schema([*EXCLUSION_FIELDS, *fields])
+
+
+def upstream_source(
+    name: str, group_by: str | None = None
+) -> Callable[[StageContext[Any], dict[str, Any]], Source]:
+    """The usual source: the rows of one upstream artifact, in its order."""
+
+    def build(ctx: StageContext[Any], _inputs: dict[str, Any]) -> Source:
+        return ArtifactSource(ctx.upstream[name], group_by=group_by)
+
+    return build

@@ -1,0 +1,21 @@
+"""One entry point over the format-specific readers."""
+
+from __future__ import annotations
+
+from tasks.text.document import ArticleMeta, ParsedArticle
+from tasks.text.html import parse_html, read_html_metadata
+from tasks.text.jats import parse_jats
+from tasks.text.sniff import Sniffed
+
+
+def parse_article(data: bytes, sniffed: Sniffed, *, default_language: str = "en") -> ParsedArticle:
+    if sniffed.format == "jats":
+        return parse_jats(data)
+    return parse_html(data, encoding=sniffed.encoding, default_language=default_language)
+
+
+def read_metadata(data: bytes, sniffed: Sniffed) -> ArticleMeta:
+    """Only what ingest needs: for HTML this skips jusText's paragraph classification."""
+    if sniffed.format == "jats":
+        return parse_jats(data).meta
+    return read_html_metadata(data, encoding=sniffed.encoding)
