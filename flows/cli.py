@@ -24,14 +24,16 @@ from rich.logging import RichHandler
 from flows.registry import get_pipeline
 from irforge.artifacts import Artifact, ArtifactStore
 from irforge.errors import IrforgeError
-from irforge.pipeline import Selection
 from irforge.runs import latest_fingerprints
 from irforge.status import flow_status
 from irforge.summary import rows_table, run_summary, status_table
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Build IR test collections as Prefect flows.")
-out = Console()
-err = Console(stderr=True)
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Build IR test collections as Prefect flows."
+)
+# Off a terminal (CI logs, pipes) rich would assume 80 columns and fold every table.
+out = Console(width=None if sys.stdout.isatty() else 180)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 180)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,7 +60,10 @@ def _one_line_errors(fn: F) -> F:
         except Exception as e:
             if os.environ.get("IRFORGE_DEBUG"):
                 raise
-            err.print(f"[red]error:[/] {type(e).__name__}: {e} (IRFORGE_DEBUG=1 shows the traceback)", soft_wrap=True)
+            err.print(
+                f"[red]error:[/] {type(e).__name__}: {e} (IRFORGE_DEBUG=1 shows the traceback)",
+                soft_wrap=True,
+            )
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -88,11 +93,21 @@ def run(
 ) -> None:
     """Run a flow (or part of it). Stages whose fingerprint exists are reused."""
     _setup_logging()
-    get_pipeline(flow)  # a bad name fails before Prefect starts
-    from flows.run import FLOWS  # Prefect is imported only for `run`
+    pipeline = get_pipeline(flow)
+    pipeline.load(config)  # a bad flow name or config fails here, before Prefect starts a server
+    for name in (from_stage, only, until):
+        if name is not None:
+            pipeline.spec(name)
+    from flows.run import FLOWS  # noqa: PLC0415 -- Prefect is slow to import: only `run` needs it
 
-    selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
-    result = FLOWS[flow](config=config, artifacts=artifacts, selection=selection)
+    result = FLOWS[flow](
+        config=str(config) if config else None,
+        artifacts=str(artifacts),
+        from_stage=from_stage,
+        only=only,
+        until=until,
+        force=force,
+    )
     out.print(run_summary(flow, result.outcomes))
     out.print(f"run record: {result.record_path}", highlight=False)
 
@@ -110,7 +125,11 @@ def status(
     flow_config, base_dir = pipeline.load(config)
     statuses = flow_status(pipeline, flow_config, base_dir, ArtifactStore(artifacts.resolve()))
     if as_json:
-        payload = {"flow": flow, "artifacts": str(artifacts.resolve()), "stages": [s.to_json() for s in statuses]}
+        payload = {
+            "flow": flow,
+            "artifacts": str(artifacts.resolve()),
+            "stages": [s.to_json() for s in statuses],
+        }
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         out.print(status_table(flow, statuses))
@@ -128,7 +147,9 @@ def _artifact_for_show(flow: str, stage: str, config: Path | None, store: Artifa
     found = store.find(flow, stage, previous) if previous else None
     if found is None:
         raise IrforgeError(f"no artifact for {flow}/{stage}: run `irforge run {flow} --until {stage}` first")
-    err.print(f"[yellow]note:[/] {flow}/{stage} is stale; showing the last run's artifact {found.fingerprint}")
+    err.print(
+        f"[yellow]note:[/] {flow}/{stage} is stale; showing the last run's artifact {found.fingerprint}"
+    )
     return found
 
 
@@ -165,7 +186,9 @@ def show(
             sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
         return
     what = "excluded" if excluded else "kept"
-    out.print(rows_table(f"{flow}/{stage} {artifact.fingerprint}: {table.num_rows} of {total} {what} rows", table))
+    out.print(
+        rows_table(f"{flow}/{stage} {artifact.fingerprint}: {table.num_rows} of {total} {what} rows", table)
+    )
 
 
 def main() -> None:

@@ -15,17 +15,17 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "irforge")
 
-from prefect import flow, task  # noqa: E402
-from prefect.cache_policies import NO_CACHE  # noqa: E402
-from prefect.futures import PrefectFuture  # noqa: E402
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import PrefectFuture
 
-from flows.registry import get_pipeline  # noqa: E402
-from irforge.artifacts import ArtifactStore  # noqa: E402
-from irforge.config import ExecutionConfig  # noqa: E402
-from irforge.engine import StageOutcome  # noqa: E402
-from irforge.pipeline import Selection, Step, execute_step, select_steps  # noqa: E402
-from irforge.progress import RichProgress  # noqa: E402
-from irforge.runs import RunRecorder, new_run_id  # noqa: E402
+from flows.registry import get_pipeline
+from irforge.artifacts import ArtifactStore
+from irforge.config import ExecutionConfig
+from irforge.engine import StageOutcome
+from irforge.pipeline import Selection, Step, execute_step, select_steps
+from irforge.progress import RichProgress
+from irforge.runs import RunRecorder, new_run_id
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def run_pipeline(flow_name: str, config: Path | None, artifacts: Path, selection
     for step in steps:
         waits = [futures[u] for u in step.plan.spec.upstream if u in futures]
         futures[step.name] = stage_task.with_options(task_run_name=f"{flow_name}.{step.name}").submit(
-            step, store, flow_name, flow_config.execution, recorder, wait_for=waits
+            step, store, flow_name, flow_config.execution, recorder, wait_for=waits, return_state=False
         )
     outcomes: list[tuple[str, StageOutcome]] = []
     try:
@@ -70,14 +70,21 @@ def run_pipeline(flow_name: str, config: Path | None, artifacts: Path, selection
     return RunResult(flow_name, recorder.run_id, recorder.path, outcomes)
 
 
-@flow(name="cure", validate_parameters=False)
+@flow(name="cure")
 def cure(
-    config: Path | None = None,
-    artifacts: Path = Path("data/artifacts"),
-    selection: Selection | None = None,
+    config: str | None = None,
+    artifacts: str = "data/artifacts",
+    from_stage: str | None = None,
+    only: str | None = None,
+    until: str | None = None,
+    force: bool = False,
 ) -> RunResult:
-    """CURE (papers 000/001): articles → passages → ... → a Hugging Face release."""
-    return run_pipeline("cure", config, artifacts, selection or Selection())
+    """CURE (papers 000/001): articles → passages → ... → a Hugging Face release.
+
+    Plain parameters, so a deployment (``infra/prefect.yaml``) can set them as JSON.
+    """
+    selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
+    return run_pipeline("cure", Path(config) if config else None, Path(artifacts), selection)
 
 
 FLOWS = {"cure": cure}

@@ -56,6 +56,10 @@ class Artifact:
     def parts(self) -> list[Path]:
         return sorted(self.path.glob("part-*.parquet"))
 
+    def schema(self, columns: list[str] | None = None) -> pa.Schema:
+        schema = pq.read_schema(self.parts[0])
+        return pa.schema([schema.field(c) for c in columns]) if columns else schema
+
     @property
     def num_rows(self) -> int:
         return sum(pq.ParquetFile(p).metadata.num_rows for p in self.parts)

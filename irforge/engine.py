@@ -252,7 +252,9 @@ def _account(
     }
 
 
-def _chunk_outputs(spec: StageSpec[Any], work: Path, chunks: int) -> tuple[Iterator[pa.Table], list[pa.Table]]:
+def _chunk_outputs(
+    spec: StageSpec[Any], work: Path, chunks: int
+) -> tuple[Iterator[pa.Table], list[pa.Table]]:
     """Kept rows streamed chunk by chunk (they may be large); excluded rows all at once."""
 
     def kept() -> Iterator[pa.Table]:
@@ -263,7 +265,9 @@ def _chunk_outputs(spec: StageSpec[Any], work: Path, chunks: int) -> tuple[Itera
     return kept(), excluded
 
 
-def _finalize(plan: StagePlan, kept: Iterator[pa.Table], totals: _Totals) -> tuple[Iterator[pa.Table], pa.Table]:
+def _finalize(
+    plan: StagePlan, kept: Iterator[pa.Table], totals: _Totals
+) -> tuple[Iterator[pa.Table], pa.Table]:
     spec = plan.spec
     assert spec.finalize is not None
     before = pa.concat_tables([spec.schema.empty_table(), *kept])

@@ -145,7 +145,7 @@ def execute_step(
     step: Step, store: ArtifactStore, flow: str, execution: ExecutionConfig, progress: Progress | None = None
 ) -> StageOutcome:
     """Run one stage against the upstream artifacts its plan names."""
-    upstream = {
-        name: store.get(flow, name, fp) for name, fp in step.plan.upstream_fingerprints.items()
-    }
-    return run_stage(step.plan.with_upstream(upstream), store, flow, execution, force=step.force, progress=progress)
+    upstream = {name: store.get(flow, name, fp) for name, fp in step.plan.upstream_fingerprints.items()}
+    return run_stage(
+        step.plan.with_upstream(upstream), store, flow, execution, force=step.force, progress=progress
+    )

@@ -63,21 +63,18 @@ class ArtifactSource:
         return self.artifact.num_rows
 
     def batches(self, rows: int) -> Iterator[pa.Table]:
-        pending: list[pa.RecordBatch] = []
-        pending_rows = 0
+        pending = self.artifact.schema(self.columns).empty_table()
         for batch in self.artifact.iter_batches(rows, self.columns):
-            pending.append(batch)
-            pending_rows += batch.num_rows
-            if pending_rows < rows:
-                continue
-            table = pa.Table.from_batches(pending)
-            cut = _group_cut(table, self.group_by, rows)
-            yield table.slice(0, cut)
-            rest = table.slice(cut)
-            pending = rest.to_batches() if rest.num_rows else []
-            pending_rows = rest.num_rows
-        if pending_rows:
-            yield pa.Table.from_batches(pending)
+            pending = pa.concat_tables([pending, pa.Table.from_batches([batch])])
+            # Strictly more rows than a chunk: only then can we see where the last group ends.
+            while pending.num_rows > rows:
+                cut = _group_cut(pending, self.group_by, rows)
+                if cut is None:
+                    break  # the group at the cut goes on past what is buffered: read more
+                yield pending.slice(0, cut)
+                pending = pending.slice(cut)
+        if pending.num_rows:
+            yield pending
 
 
 @dataclass(frozen=True)
@@ -99,17 +96,14 @@ def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema) if rows else schema.empty_table()
 
 
-def _group_cut(table: pa.Table, group_by: str | None, rows: int) -> int:
-    """Where to end a chunk of at least ``rows`` rows without splitting a group."""
-    if group_by is None or table.num_rows <= rows:
-        return min(rows, int(table.num_rows))
+def _group_cut(table: pa.Table, group_by: str | None, rows: int) -> int | None:
+    """Where to end a chunk of at least ``rows`` rows without splitting a group (None: not yet known)."""
+    if group_by is None:
+        return rows
     keys = table.column(group_by)
-    last = keys[rows - 1]
-    tail = keys.slice(rows)
-    differs = pc.not_equal(tail, last)
+    differs = pc.not_equal(keys.slice(rows), keys[rows - 1])
     idx = int(pc.index(differs, True).as_py())
-    # A group larger than what is buffered stays whole: take everything buffered.
-    return int(table.num_rows) if idx < 0 else rows + idx
+    return None if idx < 0 else rows + idx
 
 
 def key_set(table: pa.Table, key: tuple[str, ...]) -> set[tuple[Any, ...]]:

@@ -37,7 +37,9 @@ class StageStatus:
         return asdict(self)
 
 
-def flow_status(pipeline: Pipeline, config: FlowConfig, base_dir: Any, store: ArtifactStore) -> list[StageStatus]:
+def flow_status(
+    pipeline: Pipeline, config: FlowConfig, base_dir: Any, store: ArtifactStore
+) -> list[StageStatus]:
     plans = pipeline.plan(config, base_dir)
     latest = latest_fingerprints(store, pipeline.name)
     out: list[StageStatus] = []

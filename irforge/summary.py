@@ -66,7 +66,16 @@ def run_summary(flow: str, outcomes: Sequence[tuple[str, StageOutcome]]) -> Tabl
 
 def status_table(flow: str, statuses: Sequence[StageStatus]) -> Table:
     table = Table(title=f"irforge status {flow}", title_justify="left")
-    for col in ("stage", "state", "fingerprint", "kept", "excluded", "excluded by reason", "time", "artifact"):
+    for col in (
+        "stage",
+        "state",
+        "fingerprint",
+        "kept",
+        "excluded",
+        "excluded by reason",
+        "time",
+        "artifact",
+    ):
         table.add_column(col)
     for s in statuses:
         state = f"[{_STATE_STYLE[s.state]}]{s.state}[/]"

@@ -177,7 +177,9 @@ def test_sigkill_mid_stage_resumes_to_identical_artifacts(tmp_path: Path) -> Non
     killed_root, clean_root = tmp_path / "killed", tmp_path / "clean"
     log = tmp_path / "calls.log"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "tests.toy_pipeline", str(killed_root), str(log)], cwd=REPO, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.toy_pipeline", str(killed_root), str(log)], cwd=REPO, env=env
+    )
     work = killed_root / "toy" / "numbers"
     deadline = time.monotonic() + 60
     markers: list[Path] = []
@@ -187,7 +189,9 @@ def test_sigkill_mid_stage_resumes_to_identical_artifacts(tmp_path: Path) -> Non
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert len(markers) >= 3, "the run finished or stalled before it could be killed"
-    finished_before_kill = {int(p.name.split("-")[1].split(".")[0]) for p in work.glob(".work-*/chunk-*.json")}
+    finished_before_kill = {
+        int(p.name.split("-")[1].split(".")[0]) for p in work.glob(".work-*/chunk-*.json")
+    }
     assert not [p for p in work.iterdir() if not p.name.startswith(".")], "no artifact may be published yet"
     calls_before = len(log.read_text().splitlines())
 
@@ -199,8 +203,35 @@ def test_sigkill_mid_stage_resumes_to_identical_artifacts(tmp_path: Path) -> Non
     assert not recomputed & finished_before_kill  # finished chunks were not computed again
     assert not list(work.glob(".work-*")) and not list(work.glob(".tmp-*"))
 
-    clean = run_toy(clean_root, cfg.model_copy(update={"stages": ToyStages(numbers=NumbersConfig(sleep_s=0.15))}))
+    clean = run_toy(
+        clean_root, cfg.model_copy(update={"stages": ToyStages(numbers=NumbersConfig(sleep_s=0.15))})
+    )
     for stage in ("numbers", "square"):
         a, b = resumed[stage].artifact, clean[stage].artifact
         assert a.read().equals(b.read())
         assert a.excluded().equals(b.excluded())
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 4, 7, 50])
+def test_grouped_chunks_never_split_a_group(tmp_path: Path, chunk_rows: int) -> None:
+    import pyarrow.parquet as pq
+
+    from irforge.artifacts import Artifact
+    from irforge.stage import ArtifactSource
+
+    sizes = [3, 4, 1, 5, 2, 8, 1, 1, 4]
+    groups = [f"g{i}" for i, n in enumerate(sizes) for _ in range(n)]
+    art = tmp_path / "a"
+    art.mkdir()
+    table = pa.table({"group": groups, "row": list(range(len(groups)))})
+    # Two parts, so batches also end at a file boundary in the middle of group g3.
+    pq.write_table(table.slice(0, 10), art / "part-00000.parquet")
+    pq.write_table(table.slice(10), art / "part-00001.parquet")
+    chunks = list(ArtifactSource(Artifact(art), group_by="group").batches(chunk_rows))
+    assert pa.concat_tables(chunks).column("row").to_pylist() == list(range(len(groups)))
+    seen: set[str] = set()
+    for chunk in chunks:
+        names = set(chunk.column("group").to_pylist())
+        assert not names & seen, "a group was split across chunks"
+        seen |= names
+        assert chunk.num_rows >= min(chunk_rows, 1)

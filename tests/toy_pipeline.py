@@ -56,7 +56,9 @@ def _numbers(chunk: pa.Table, ctx: StageContext[NumbersConfig]) -> ChunkResult:
     time.sleep(ctx.config.sleep_s)
     _log(ctx.config.log_file, ids[0])
     kept = [{"id": i, "value": i} for i in ids if i % 7]
-    excluded = [{"reason": "multiple_of_7", "detail": f"{i} = 7 * {i // 7}", "id": i} for i in ids if not i % 7]
+    excluded = [
+        {"reason": "multiple_of_7", "detail": f"{i} = 7 * {i // 7}", "id": i} for i in ids if not i % 7
+    ]
     return ChunkResult(pa.Table.from_pylist(kept, ROWS), pa.Table.from_pylist(excluded, EXCLUDED))
 
 
@@ -64,7 +66,9 @@ def _square(chunk: pa.Table, ctx: StageContext[SquareConfig]) -> ChunkResult:
     rows = chunk.to_pylist()
     kept = [{"id": r["id"], "value": r["value"] ** 2} for r in rows if r["value"] ** 2 <= ctx.config.limit]
     excluded = [
-        {"reason": "too_big", "detail": None, "id": r["id"]} for r in rows if r["value"] ** 2 > ctx.config.limit
+        {"reason": "too_big", "detail": None, "id": r["id"]}
+        for r in rows
+        if r["value"] ** 2 > ctx.config.limit
     ]
     return ChunkResult(pa.Table.from_pylist(kept, ROWS), pa.Table.from_pylist(excluded, EXCLUDED))
 
@@ -95,7 +99,9 @@ SQUARE: StageSpec[SquareConfig] = StageSpec(
     source=upstream_source("numbers"),
     process=_square,
 )
-TOY = Pipeline(name="toy", config_type=ToyConfig, stages=(NUMBERS, SQUARE), default_config=Path("unused.yaml"))
+TOY = Pipeline(
+    name="toy", config_type=ToyConfig, stages=(NUMBERS, SQUARE), default_config=Path("unused.yaml")
+)
 
 
 def run_toy(
@@ -103,11 +109,16 @@ def run_toy(
 ) -> dict[str, StageOutcome]:
     """Run the toy pipeline without Prefect, the way a flow's tasks would."""
     store = ArtifactStore(root)
-    config = config.model_copy(update={"execution": config.execution.model_copy(update={"chunk_rows": chunk_rows})})
+    config = config.model_copy(
+        update={"execution": config.execution.model_copy(update={"chunk_rows": chunk_rows})}
+    )
     plans = TOY.plan(config, root)
     steps = select_steps(TOY, plans, selection or Selection(), store)
     return {s.name: execute_step(s, store, "toy", config.execution) for s in steps}
 
 
 if __name__ == "__main__":  # used by the kill-and-resume test: python -m tests.toy_pipeline ROOT LOG
-    run_toy(Path(sys.argv[1]), ToyConfig(stages=ToyStages(numbers=NumbersConfig(sleep_s=0.15, log_file=sys.argv[2]))))
+    run_toy(
+        Path(sys.argv[1]),
+        ToyConfig(stages=ToyStages(numbers=NumbersConfig(sleep_s=0.15, log_file=sys.argv[2]))),
+    )

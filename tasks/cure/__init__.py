@@ -8,14 +8,20 @@ from irforge.config import StrictModel
 from irforge.pipeline import FlowConfig
 from irforge.stage import StageSpec
 from tasks.cure import filter as filter_stage
-from tasks.cure import ingest, parse, segment
+from tasks.cure import ingest as ingest_stage
+from tasks.cure import parse as parse_stage
+from tasks.cure import segment as segment_stage
+from tasks.cure.filter import FilterConfig
+from tasks.cure.ingest import IngestConfig
+from tasks.cure.parse import ParseConfig
+from tasks.cure.segment import SegmentConfig
 
 
 class CureStages(StrictModel):
-    ingest: ingest.IngestConfig
-    parse: parse.ParseConfig = parse.ParseConfig()
-    segment: segment.SegmentConfig = segment.SegmentConfig()
-    filter: filter_stage.FilterConfig = filter_stage.FilterConfig()
+    ingest: IngestConfig
+    parse: ParseConfig = ParseConfig()
+    segment: SegmentConfig = SegmentConfig()
+    filter: FilterConfig = FilterConfig()
 
 
 class CureConfig(FlowConfig):
@@ -23,4 +29,9 @@ class CureConfig(FlowConfig):
     stages: CureStages
 
 
-STAGES: tuple[StageSpec[Any], ...] = (ingest.SPEC, parse.SPEC, segment.SPEC, filter_stage.SPEC)
+STAGES: tuple[StageSpec[Any], ...] = (
+    ingest_stage.SPEC,
+    parse_stage.SPEC,
+    segment_stage.SPEC,
+    filter_stage.SPEC,
+)

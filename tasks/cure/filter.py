@@ -41,11 +41,13 @@ def process(chunk: pa.Table, ctx: StageContext[FilterConfig]) -> ChunkResult:
     failures = check_many(chunk.column("text").to_pylist(), ctx.config)
     keep = pa.array([f is None for f in failures], type=pa.bool_())
     dropped = [(i, f) for i, f in enumerate(failures) if f is not None]
-    rows = chunk.take([i for i, _ in dropped])
+    rows = chunk.take(pa.array([i for i, _ in dropped], pa.int64()))
     excluded = pa.table(
         {
             "reason": pa.array([f.rule for _, f in dropped], pa.string()),
-            "detail": pa.array([f"{f.rule}: {f.value:.4g} vs threshold {f.threshold:.4g}" for _, f in dropped], pa.string()),
+            "detail": pa.array(
+                [f"{f.rule}: {f.value:.4g} vs threshold {f.threshold:.4g}" for _, f in dropped], pa.string()
+            ),
             "value": pa.array([f.value for _, f in dropped], pa.float64()),
             "threshold": pa.array([f.threshold for _, f in dropped], pa.float64()),
             "passage_id": rows.column("passage_id"),

@@ -25,6 +25,7 @@ over HTML, then the first path).
 from __future__ import annotations
 
 import glob
+import os
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,6 @@ from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from irforge.fingerprint import digest_file
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
- 
 from tasks.text.document import ArticleMeta, InputRejected
 from tasks.text.reading import read_metadata
 from tasks.text.sniff import sniff
@@ -47,7 +47,8 @@ class IngestConfig(StrictModel):
         description="Folders (searched recursively) or glob patterns, relative to the config file.",
     )
     extensions: tuple[str, ...] = Field(
-        (".xml", ".nxml", ".html", ".htm"), description="File name endings taken from folders (not from globs)."
+        (".xml", ".nxml", ".html", ".htm"),
+        description="File name endings taken from folders (not from globs).",
     )
     max_bytes: int = Field(50_000_000, ge=1, description="Larger files are excluded as too_large.")
 
@@ -92,11 +93,14 @@ def discover(config: IngestConfig, base_dir: Path) -> list[str]:
     for index, pattern in enumerate(config.sources):
         path = (base_dir / pattern).resolve() if not glob.has_magic(pattern) else None
         if path is not None and path.is_dir():
-            matches = [p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(config.extensions)]
+            matches = [
+                p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(config.extensions)
+            ]
         elif path is not None and path.is_file():
             matches = [path]
         else:
-            matches = [Path(p).resolve() for p in glob.glob(str(base_dir / pattern), recursive=True)]
+            # glob.glob, not Path.glob: patterns may be absolute or climb out with "..".
+            matches = [Path(p).resolve() for p in glob.glob(str(base_dir / pattern), recursive=True)]  # noqa: PTH207
             matches = [p for p in matches if p.is_file()]
         if not matches:
             raise ConfigError(
@@ -108,10 +112,9 @@ def discover(config: IngestConfig, base_dir: Path) -> list[str]:
 
 
 def _display(path: Path, base_dir: Path) -> str:
-    try:
-        return str(path.relative_to(base_dir.resolve()))
-    except ValueError:
-        return str(path)
+    # Relative even outside base_dir ("../../data/x.xml"): fingerprints and artifacts stay
+    # the same in every checkout of the same config.
+    return os.path.relpath(path, base_dir.resolve())
 
 
 def _digest(path: Path) -> str:
@@ -133,7 +136,13 @@ def source(ctx: StageContext[IngestConfig], material: dict[str, Any]) -> TableSo
     rows = []
     for path, digest in sorted(material["files"].items()):
         duplicate_of = None if digest.startswith(UNREADABLE) else first_with_digest.setdefault(digest, path)
-        rows.append({"source_path": path, "digest": digest, "duplicate_of": None if duplicate_of == path else duplicate_of})
+        rows.append(
+            {
+                "source_path": path,
+                "digest": digest,
+                "duplicate_of": None if duplicate_of == path else duplicate_of,
+            }
+        )
     return TableSource(pa.Table.from_pylist(rows, schema=_SOURCE_SCHEMA))
 
 
@@ -184,7 +193,9 @@ def process(chunk: pa.Table, ctx: StageContext[IngestConfig]) -> ChunkResult:
     for row in chunk.to_pylist():
         path, digest = row["source_path"], row["digest"]
         if row["duplicate_of"]:
-            excluded.append(_excluded("duplicate_content", f"same bytes as {row['duplicate_of']}", path, digest))
+            excluded.append(
+                _excluded("duplicate_content", f"same bytes as {row['duplicate_of']}", path, digest)
+            )
             continue
         try:
             kept.append(_ingest_one(path, digest, ctx))

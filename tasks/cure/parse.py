@@ -31,7 +31,14 @@ from pydantic import Field
 
 from irforge.config import StrictModel
 from irforge.fingerprint import digest_bytes
-from irforge.stage import ChunkResult, StageContext, StageSpec, exclusion_schema, rows_to_table, upstream_source
+from irforge.stage import (
+    ChunkResult,
+    StageContext,
+    StageSpec,
+    exclusion_schema,
+    rows_to_table,
+    upstream_source,
+)
 from tasks.text.document import InputRejected, ParsedArticle
 from tasks.text.reading import parse_article
 from tasks.text.sniff import sniff

@@ -51,8 +51,12 @@ from tasks.cure.parse import BLOCK_SEPARATOR
 
 
 class SegmentConfig(StrictModel):
-    kinds: tuple[str, ...] = Field(("abstract", "paragraph", "list"), description="Block kinds that become passages.")
-    merge_below_words: int = Field(15, ge=0, description="Blocks with fewer words merge with a neighbour (0: never).")
+    kinds: tuple[str, ...] = Field(
+        ("abstract", "paragraph", "list"), description="Block kinds that become passages."
+    )
+    merge_below_words: int = Field(
+        15, ge=0, description="Blocks with fewer words merge with a neighbour (0: never)."
+    )
     split_above_words: int = Field(
         350, ge=20, description="Blocks with more words are split at sentence boundaries."
     )
@@ -118,13 +122,14 @@ def _merge_short(pieces: list[_Piece], min_words: int) -> list[_Piece]:
     out: list[_Piece] = []
     carry: _Piece | None = None
     for piece in pieces:
+        current = piece
         if carry is not None:
             carry.absorb(piece)
-            piece, carry = carry, None
-        if piece.n_words < min_words:
-            carry = piece
+            current, carry = carry, None
+        if current.n_words < min_words:
+            carry = current
         else:
-            out.append(piece)
+            out.append(current)
     if carry is not None:
         if out:
             out[-1].absorb(carry)
@@ -162,7 +167,9 @@ def _slice(piece: _Piece, start: int, end: int) -> _Piece:
 
 def segment_article(blocks: list[dict[str, Any]], config: SegmentConfig) -> list[_Piece]:
     pieces = [
-        _Piece(b["kind"], tuple(b["section_path"]), b["text"], b["char_start"], b["char_end"], [b["block_index"]])
+        _Piece(
+            b["kind"], tuple(b["section_path"]), b["text"], b["char_start"], b["char_end"], [b["block_index"]]
+        )
         for b in blocks
     ]
     passages: list[_Piece] = []

@@ -1,0 +1,38 @@
+"""Shared helpers: where the real samples are, and running CURE stages without Prefect."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flows.registry import get_pipeline
+from irforge.artifacts import ArtifactStore
+from irforge.config import validate_config
+from irforge.engine import StageOutcome
+from irforge.pipeline import Selection, execute_step, select_steps
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
+REPO = Path(__file__).resolve().parents[1]
+needs_samples = pytest.mark.skipif(
+    not (SAMPLES / "articles" / "SOURCES.json").is_file(),
+    reason=f"the shared sample articles are not at {SAMPLES} (they live beside the checkout, not in it)",
+)
+
+
+def run_cure(
+    root: Path,
+    sources: list[str],
+    base_dir: Path,
+    selection: Selection | None = None,
+    chunk_rows: int = 500,
+    **stages: dict[str, Any],
+) -> dict[str, StageOutcome]:
+    """Run CURE stages the way the Prefect tasks do (same engine calls), without a server."""
+    pipeline = get_pipeline("cure")
+    data = {"execution": {"chunk_rows": chunk_rows}, "stages": {"ingest": {"sources": sources}, **stages}}
+    config = validate_config(pipeline.config_type, data, "test config")
+    store = ArtifactStore(root)
+    steps = select_steps(pipeline, pipeline.plan(config, base_dir), selection or Selection(), store)
+    return {s.name: execute_step(s, store, "cure", config.execution) for s in steps}

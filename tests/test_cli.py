@@ -1,0 +1,135 @@
+"""The `irforge` command end to end: Prefect (ephemeral mode) runs the CURE flow on the demo corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+STAGES = ["ingest", "parse", "segment", "filter"]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("prefect-home")
+    return {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "IRFORGE_ARTIFACTS": str(tmp_path_factory.mktemp("artifacts")),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def irforge(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("irforge")
+    return subprocess.run(
+        [str(exe), *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def last_run(env: dict[str, str]) -> dict[str, Any]:
+    runs = sorted((Path(env["IRFORGE_ARTIFACTS"]) / "cure" / "runs").glob("*.json"))
+    record: dict[str, Any] = json.loads(runs[-1].read_text())
+    return record
+
+
+@pytest.fixture(scope="module")
+def first_run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return irforge(env, "run", "cure", "--until", "filter")
+
+
+def test_run_produces_the_four_artifacts_and_a_summary(env: dict[str, str], first_run: Any) -> None:
+    assert first_run.returncode == 0, first_run.stderr[-3000:]
+    for stage in STAGES:
+        assert stage in first_run.stdout
+        (artifact,) = [
+            p for p in (Path(env["IRFORGE_ARTIFACTS"]) / "cure" / stage).iterdir() if p.name[0] != "."
+        ]
+        assert (artifact / "manifest.json").is_file() and (artifact / "excluded.parquet").is_file()
+    record = last_run(env)
+    assert record["status"] == "completed"
+    assert [record["stages"][s]["state"] for s in STAGES] == ["computed"] * 4
+
+
+def test_status_json_reports_every_stage_fresh(env: dict[str, str], first_run: Any) -> None:
+    result = irforge(env, "status", "cure", "--json")
+    assert result.returncode == 0, result.stderr
+    stages = {s["stage"]: s for s in json.loads(result.stdout)["stages"]}
+    assert list(stages) == STAGES
+    assert {s["state"] for s in stages.values()} == {"fresh"}
+    ingest = stages["ingest"]
+    # The demo's broken/ folder: 4 files excluded at ingest, nav_only.html later at parse.
+    assert ingest["excluded_by_reason"] == {
+        "binary_content": 1,
+        "empty_file": 1,
+        "malformed_xml": 1,
+        "undecodable": 1,
+    }
+    assert stages["parse"]["excluded_by_reason"] == {"no_text": 1}
+    assert stages["filter"]["rows_kept"] > 50 and Path(stages["filter"]["artifact"]).is_dir()
+
+
+def test_second_run_reuses_and_from_recomputes_downstream(env: dict[str, str], first_run: Any) -> None:
+    again = irforge(env, "run", "cure")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [last_run(env)["stages"][s]["state"] for s in STAGES] == ["reused"] * 4
+    assert "REUSED" in again.stderr
+    partial = irforge(env, "run", "cure", "--from", "segment")
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    assert [last_run(env)["stages"][s]["state"] for s in STAGES] == [
+        "reused",
+        "reused",
+        "computed",
+        "computed",
+    ]
+
+
+def test_show_prints_excluded_rows_with_reasons(env: dict[str, str], first_run: Any) -> None:
+    result = irforge(env, "show", "cure", "ingest", "--excluded", "--jsonl")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {Path(r["source_path"]).name: r["reason"] for r in rows} == {
+        "empty.xml": "empty_file",
+        "figure.html": "binary_content",
+        "latin1_declared_utf8.xml": "undecodable",
+        "truncated.xml": "malformed_xml",
+    }
+    table = irforge(env, "show", "cure", "filter", "-n", "2", "--columns", "passage_id,text")
+    assert table.returncode == 0 and "2 of" in table.stdout
+
+
+def test_config_edit_makes_only_filter_stale_naming_the_key(env: dict[str, str], tmp_path: Path) -> None:
+    articles = REPO / "data" / "demo" / "articles"
+    config = {"stages": {"ingest": {"sources": [str(articles)]}, "filter": {"min_words": 10}}}
+    path = tmp_path / "flow.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert irforge(env, "run", "cure", "--config", str(path)).returncode == 0
+    config["stages"]["filter"]["min_words"] = 20
+    path.write_text(yaml.safe_dump(config))
+    result = irforge(env, "status", "cure", "--config", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    stages = {s["stage"]: s for s in json.loads(result.stdout)["stages"]}
+    assert [stages[s]["state"] for s in STAGES] == ["fresh", "fresh", "fresh", "stale"]
+    assert stages["filter"]["changed"] == ["config min_words: 10 -> 20"]
+    human = irforge(env, "status", "cure", "--config", str(path))
+    assert "stale" in human.stdout and "min_words: 10 -> 20" in human.stdout
+
+
+def test_errors_are_one_line_with_nonzero_exit(env: dict[str, str], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stages:\n  ingest: {sources: [x]}\n  filter: {min_wrods: 3}\n")
+    result = irforge(env, "run", "cure", "--config", str(bad))
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert "stages.filter.min_wrods: Extra inputs are not permitted" in line
+    unknown = irforge(env, "show", "cure", "nope")
+    assert unknown.returncode == 1 and "no stage 'nope'" in unknown.stderr
