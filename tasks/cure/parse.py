@@ -46,11 +46,23 @@ from tasks.text.sniff import sniff
 BLOCK_SEPARATOR = "\n\n"
 
 
+class JusTextConfig(StrictModel):
+    """jusText's classifier thresholds (its defaults; see reference/components.md §8)."""
+
+    length_low: int = Field(70, ge=0, description="Shorter paragraphs (characters) are 'short'.")
+    length_high: int = Field(200, ge=0, description="Longer paragraphs with enough stop words are 'good'.")
+    stopwords_low: float = Field(0.30, ge=0, le=1, description="Stop-word density below which text is 'bad'.")
+    stopwords_high: float = Field(0.32, ge=0, le=1, description="Stop-word density for 'good'.")
+    max_link_density: float = Field(0.2, ge=0, le=1, description="More link text than this is 'bad'.")
+    max_heading_distance: int = Field(200, ge=0, description="Characters a heading may precede good text by.")
+
+
 class ParseConfig(StrictModel):
     html_default_language: str = Field(
         "en", min_length=2, max_length=2, description="ISO 639-1 language for HTML pages that declare none."
     )
     fix_text: bool = Field(True, description="Repair mojibake and stray entities with ftfy.")
+    justext: JusTextConfig = JusTextConfig()
 
 
 SCHEMA = pa.schema(
@@ -78,7 +90,12 @@ def _read(row: dict[str, Any], ctx: StageContext[ParseConfig]) -> ParsedArticle:
     if digest_bytes(data) != row["digest"]:
         raise InputRejected("changed_since_ingest", "the file changed after ingest: rerun ingest")
     sniffed = sniff(row["source_path"], data)
-    return parse_article(data, sniffed, default_language=ctx.config.html_default_language)
+    return parse_article(
+        data,
+        sniffed,
+        default_language=ctx.config.html_default_language,
+        justext_params=ctx.config.justext.model_dump(),
+    )
 
 
 def blocks_to_rows(article_id: str, parsed: ParsedArticle, fix_text: bool) -> list[dict[str, Any]]:

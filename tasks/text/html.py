@@ -37,6 +37,7 @@ Consecutive good list items of one ``<ul>``/``<ol>`` become one "list" block.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import justext
@@ -105,13 +106,25 @@ _LICENCE_STATEMENT = re.compile(
 _LICENCE_TEXT_MAX = 500
 
 
-def parse_html(data: bytes, *, encoding: str, default_language: str = "en") -> ParsedArticle:
-    """Metadata and good paragraphs of one article page; ``encoding`` comes from :func:`sniff`."""
+def parse_html(
+    data: bytes,
+    *,
+    encoding: str,
+    default_language: str = "en",
+    justext_params: Mapping[str, Any] | None = None,
+) -> ParsedArticle:
+    """Metadata and good paragraphs of one article page; ``encoding`` comes from :func:`sniff`.
+
+    ``justext_params`` are passed to ``justext.justext`` (``length_low``, ``stopwords_high``,
+    ``max_link_density``, ...); jusText's own defaults apply to the rest.
+    """
     text, doc = _load(data, encoding)
     meta = _meta(doc)
     stoplist = _STOPLISTS.get(meta.language or _language_code(default_language) or "", _FALLBACK_STOPLIST)
     try:
-        paragraphs = justext.justext(text, justext.get_stoplist(stoplist), preprocessor=_preprocess)
+        paragraphs = justext.justext(
+            text, justext.get_stoplist(stoplist), preprocessor=_preprocess, **(justext_params or {})
+        )
     except (justext.core.JustextError, etree.LxmlError, ValueError) as err:
         raise InputRejected("malformed_html", str(err) or type(err).__name__) from err
     blocks = _blocks(paragraphs, meta.title)

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from tasks.text.document import ArticleMeta, ParsedArticle
 from tasks.text.html import parse_html, read_html_metadata
 from tasks.text.jats import parse_jats
 from tasks.text.sniff import Sniffed
 
 
-def parse_article(data: bytes, sniffed: Sniffed, *, default_language: str = "en") -> ParsedArticle:
+def parse_article(
+    data: bytes,
+    sniffed: Sniffed,
+    *,
+    default_language: str = "en",
+    justext_params: Mapping[str, Any] | None = None,
+) -> ParsedArticle:
     if sniffed.format == "jats":
         return parse_jats(data)
-    return parse_html(data, encoding=sniffed.encoding, default_language=default_language)
+    return parse_html(
+        data, encoding=sniffed.encoding, default_language=default_language, justext_params=justext_params
+    )
 
 
 def read_metadata(data: bytes, sniffed: Sniffed) -> ArticleMeta:
