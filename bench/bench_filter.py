@@ -1,0 +1,277 @@
+"""Benchmark: our Gopher passage filter against datatrove's, on real sample passages.
+
+    .venv/bin/python bench/bench_filter.py [--n 50000]
+
+Passages are every ``<p>`` of the shared sample articles, reviews and HTML pages,
+replicated to at least ``--n`` (copy k > 0 gets " k" appended, so no cache keyed on whole
+passages can help). In one process it times
+
+* datatrove 0.10.1: ``GopherQualityFilter.filter`` then, for passages it keeps,
+  ``GopherRepetitionFilter.filter`` (as in a datatrove pipeline), one ``Document`` at a
+  time, with spaCy's tokenizer loaded and warmed up before the clock starts;
+* ours: ``check_many`` over the whole list, once with the default rules and once with
+  ``GopherRules.datatrove_compatible()``, each starting with an empty token cache; and our
+  default rules on the distinct passages only, with an empty cache (the worst case: every
+  chunk tokenised for the first time).
+
+Same thresholds on both sides. It prints passages/s, the speed ratio, how often the
+keep/drop decisions agree, and the disagreements by (our rule, datatrove's reason); the
+numbers also go to ``bench/results/filter.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from datatrove.data import Document
+from datatrove.pipeline.filters.gopher_quality_filter import GopherQualityFilter
+from datatrove.pipeline.filters.gopher_repetition_filter import GopherRepetitionFilter
+from lxml import etree, html
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(REPO))
+
+from tasks.text.gopher import (  # noqa: E402
+    DATATROVE_REASONS,
+    GopherRules,
+    RuleFailure,
+    check_many,
+    clear_token_cache,
+)
+
+SAMPLES = REPO.parent / "shared" / "samples"
+RESULTS = REPO / "bench" / "results" / "filter.json"
+
+
+def sample_passages(samples: Path = SAMPLES) -> list[str]:
+    """Every non-empty <p> (whitespace collapsed) of the JATS articles/reviews and HTML pages."""
+    out: list[str] = []
+    for sub in ("articles", "reviews"):
+        directory = samples / sub
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.iterdir()):
+            if path.suffix not in (".xml", ".nxml"):
+                continue
+            parser = etree.XMLParser(recover=True, resolve_entities=False, no_network=True)
+            root = etree.parse(str(path), parser).getroot()
+            for el in root.iter():
+                if isinstance(el.tag, str) and etree.QName(el).localname == "p":
+                    text = " ".join("".join(el.itertext()).split())
+                    if text:
+                        out.append(text)
+    html_dir = samples / "html"
+    if html_dir.is_dir():
+        for path in sorted(html_dir.glob("*.html")):
+            root = html.document_fromstring(path.read_bytes(), parser=html.HTMLParser(encoding="utf-8"))
+            out.extend(t for p in root.iter("p") if (t := " ".join(p.text_content().split())))
+    return out
+
+
+def replicate(base: Sequence[str], n: int) -> list[str]:
+    """At least ``n`` passages: copy 0 as is, copy k > 0 with " k" appended."""
+    copies = -(-n // len(base))
+    return [text if k == 0 else f"{text} {k}" for k in range(copies) for text in base]
+
+
+def datatrove_decider(rules: GopherRules) -> Callable[[str], str]:
+    """datatrove's Gopher filters with our thresholds: text → "keep" or datatrove's reason."""
+    if rules.max_hash_ratio != rules.max_ellipsis_ratio:
+        raise ValueError("datatrove has one threshold for both the hash and the ellipsis ratio")
+    quality = GopherQualityFilter(
+        min_doc_words=rules.min_words,
+        max_doc_words=rules.max_words,
+        min_avg_word_length=rules.min_mean_word_length,
+        max_avg_word_length=rules.max_mean_word_length,
+        max_symbol_word_ratio=rules.max_hash_ratio,
+        max_bullet_lines_ratio=rules.max_bullet_line_ratio,
+        max_ellipsis_lines_ratio=rules.max_ellipsis_line_ratio,
+        max_non_alpha_words_ratio=rules.min_alpha_word_ratio,
+        min_stop_words=rules.min_stop_words,
+        stop_words=list(rules.stop_words),
+    )
+    repetition = GopherRepetitionFilter(
+        dup_line_frac=rules.dup_line_frac,
+        dup_para_frac=rules.dup_para_frac,
+        dup_line_char_frac=rules.dup_line_char_frac,
+        dup_para_char_frac=rules.dup_para_char_frac,
+        top_n_grams=tuple(sorted((n, t) for n, t in rules.top_ngram_char_frac.items() if t is not None)),
+        dup_n_grams=tuple(sorted((n, t) for n, t in rules.dup_ngram_char_frac.items() if t is not None)),
+    )
+
+    def decide(text: str) -> str:
+        doc = Document(text=text, id="bench")
+        for step in (quality, repetition):
+            verdict = step.filter(doc)
+            if verdict is not True:
+                return str(verdict[1])
+        return "keep"
+
+    return decide
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+# The measurement choices where our defaults differ from datatrove (module docstring of
+# tasks.text.gopher, differences 1-3), each as the override that switches it back.
+SWITCHES: dict[str, dict[str, Any]] = {
+    "ratio_basis": {"ratio_basis": "tokens"},
+    "top_ngram_min_count": {"top_ngram_min_count": 1},
+    "stop_word_ignore_case": {"stop_word_ignore_case": False},
+}
+
+
+def explain(texts: Sequence[str], theirs: Sequence[str], rules: GopherRules) -> list[str]:
+    """For each text: which documented switch, set back to datatrove's, gives datatrove's decision."""
+    base = rules.model_dump()
+    agrees = {
+        name: [
+            (f is None) == (d == "keep")
+            for f, d in zip(check_many(texts, GopherRules(**(base | override))), theirs, strict=True)
+        ]
+        for name, override in SWITCHES.items()
+    }
+    combined = GopherRules(**(base | {k: v for o in SWITCHES.values() for k, v in o.items()}))
+    all_back = [
+        (f is None) == (d == "keep") for f, d in zip(check_many(texts, combined), theirs, strict=True)
+    ]
+    labels = []
+    for i in range(len(texts)):
+        hits = [name for name in SWITCHES if agrees[name][i]]
+        labels.append(" | ".join(hits) if hits else ("all three together" if all_back[i] else "unexplained"))
+    return labels
+
+
+def compare(
+    texts: Sequence[str], ours: Sequence[RuleFailure | None], theirs: Sequence[str], rules: GopherRules
+) -> dict[str, Any]:
+    """Decision agreement; disagreements by (our rule, datatrove reason, switch that explains it)."""
+    differ = [i for i, (f, d) in enumerate(zip(ours, theirs, strict=True)) if (f is None) != (d == "keep")]
+    labels = explain([texts[i] for i in differ], [theirs[i] for i in differ], rules) if differ else []
+    disagreements: Counter[tuple[str, str, str]] = Counter()
+    for i, label in zip(differ, labels, strict=True):
+        f = ours[i]
+        disagreements[("keep" if f is None else f.rule, theirs[i], label)] += 1
+    same_reason = both_drop = 0
+    for f, d in zip(ours, theirs, strict=True):
+        if f is not None and d != "keep":
+            both_drop += 1
+            same_reason += DATATROVE_REASONS[f.rule] == d
+    return {
+        "agreement": 1 - len(differ) / len(ours),
+        "disagreements": len(differ),
+        "kept_ours": sum(f is None for f in ours),
+        "kept_datatrove": sum(d == "keep" for d in theirs),
+        "same_reason_when_both_drop": same_reason / both_drop if both_drop else 1.0,
+        "by_rule_and_reason": [
+            {"ours": o, "datatrove": d, "explained_by": e, "count": c}
+            for (o, d, e), c in disagreements.most_common()
+        ],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--n", type=int, default=50_000, help="at least this many passages (default 50000)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
+    args = parser.parse_args(argv)
+    console = Console(width=max(Console().width, 120))  # the disagreement table is wide
+
+    base = sample_passages()
+    if not base:
+        console.print(f"[red]no sample passages under {SAMPLES}[/red]")
+        return 1
+    texts = replicate(base, args.n)
+    console.print(f"{len(base)} distinct sample passages, replicated to {len(texts)}")
+
+    default_rules = GopherRules()
+    compat_rules = GopherRules.datatrove_compatible()
+    decide = datatrove_decider(default_rules)  # thresholds are the same in both rule sets
+    for text in base[:200]:  # load spaCy and warm it up
+        decide(text)
+
+    theirs, t_dt = timed(lambda: [decide(t) for t in texts])
+    clear_token_cache()
+    ours_default, t_default = timed(lambda: check_many(texts, default_rules))
+    clear_token_cache()
+    ours_compat, t_compat = timed(lambda: check_many(texts, compat_rules))
+    clear_token_cache()
+    _, t_cold = timed(lambda: check_many(base, default_rules))
+
+    speed = {
+        "datatrove": len(texts) / t_dt,
+        "ours_default": len(texts) / t_default,
+        "ours_datatrove_compatible": len(texts) / t_compat,
+        "ours_default_cold_distinct": len(base) / t_cold,
+    }
+    results: dict[str, Any] = {
+        "passages": len(texts),
+        "distinct_passages": len(base),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "passages_per_s": speed,
+        "speed_ratio": {
+            "default": speed["ours_default"] / speed["datatrove"],
+            "datatrove_compatible": speed["ours_datatrove_compatible"] / speed["datatrove"],
+            "default_cold_distinct": speed["ours_default_cold_distinct"] / speed["datatrove"],
+        },
+        "rules": {
+            "default": compare(texts, ours_default, theirs, default_rules),
+            "datatrove_compatible": compare(texts, ours_compat, theirs, compat_rules),
+        },
+        "rule_config": {
+            "default": default_rules.model_dump(),
+            "datatrove_compatible": compat_rules.model_dump(),
+        },
+    }
+
+    speed_table = Table(title="Throughput (one process, same passages)")
+    speed_table.add_column("filter")
+    speed_table.add_column("passages/s", justify="right")
+    speed_table.add_column("× datatrove", justify="right")
+    for name, value in speed.items():
+        speed_table.add_row(name, f"{value:,.0f}", f"{value / speed['datatrove']:.1f}")
+    console.print(speed_table)
+
+    for name, summary in results["rules"].items():
+        console.print(
+            f"[bold]{name}[/bold] rules: decisions agree on {summary['agreement']:.2%} "
+            f"({summary['disagreements']} of {len(texts)} differ); kept: ours {summary['kept_ours']}, "
+            f"datatrove {summary['kept_datatrove']}; same reason where both drop: "
+            f"{summary['same_reason_when_both_drop']:.2%}"
+        )
+        if summary["by_rule_and_reason"]:
+            table = Table(title=f"Disagreements, {name} rules")
+            table.add_column("our rule")
+            table.add_column("datatrove reason")
+            table.add_column("gone when switched back to datatrove's")
+            table.add_column("passages", justify="right")
+            for row in summary["by_rule_and_reason"]:
+                table.add_row(row["ours"], row["datatrove"], row["explained_by"], str(row["count"]))
+            console.print(table)
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    console.print(f"results written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
