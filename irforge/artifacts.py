@@ -103,6 +103,16 @@ class ArtifactStore:
         path.mkdir(parents=True)
         return path
 
+    def remove_leftovers(self, flow: str, stage: str, fingerprint: str) -> None:
+        """Delete half-assembled or half-replaced copies a killed run left behind.
+
+        Call only while holding :meth:`lock` for this fingerprint: then no live run owns them.
+        """
+        directory = self.stage_dir(flow, stage)
+        for pattern in (f".tmp-{fingerprint}-*", f".trash-{fingerprint}-*"):
+            for path in directory.glob(pattern):
+                shutil.rmtree(path, ignore_errors=True)
+
     def publish(self, tmp: Path, flow: str, stage: str, fingerprint: str) -> Artifact:
         """Atomically make ``tmp`` the artifact; an existing one (a forced rerun) is replaced."""
         final = self.stage_dir(flow, stage) / fingerprint

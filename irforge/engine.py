@@ -113,6 +113,7 @@ def run_stage(
                 "REUSED %s/%s %s (computed %s)", flow, spec.name, fp, existing.manifest.get("created_at")
             )
             return StageOutcome(existing, "reused", time.perf_counter() - started)
+        store.remove_leftovers(flow, spec.name, fp)
         work = store.work_dir(flow, spec.name, fp)
         if force and work.exists():
             shutil.rmtree(work)

@@ -99,6 +99,16 @@ def test_from_only_until_force_recompute_exactly_what_they_say(tmp_path: Path) -
     assert {o.state for o in forced.values()} == {"computed"}
 
 
+def test_leftovers_of_a_killed_assembly_are_removed(tmp_path: Path) -> None:
+    fp = TOY.plan(config(), tmp_path)["numbers"].fingerprint
+    stage_dir = tmp_path / "toy" / "numbers"
+    for name in (f".tmp-{fp}-dead0001", f".trash-{fp}-dead0002"):
+        (stage_dir / name).mkdir(parents=True)
+        (stage_dir / name / "part-00000.parquet").write_bytes(b"half")
+    run_toy(tmp_path, config())
+    assert sorted(p.name for p in stage_dir.iterdir() if not p.name.startswith(".lock")) == [fp]
+
+
 def test_only_needs_upstream_artifacts(tmp_path: Path) -> None:
     with pytest.raises(IrforgeError, match="upstream stage numbers has no artifact"):
         run_toy(tmp_path, config(), Selection(only="square"))
