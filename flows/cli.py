@@ -162,13 +162,18 @@ def show(
     n: Annotated[int, typer.Option("-n", help="Number of rows.", min=0)] = 10,
     columns: Annotated[str | None, typer.Option("--columns", help="Comma-separated columns to show.")] = None,
     reason: Annotated[str | None, typer.Option("--reason", help="With --excluded: only this reason.")] = None,
+    side_table: Annotated[
+        str | None, typer.Option("--table", help="A named side table of the artifact (see the manifest).")
+    ] = None,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="Print rows as JSON lines.")] = False,
     config: ConfigOpt = None,
     artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
 ) -> None:
     """Print rows of a stage's artifact (kept rows, or --excluded ones with their reasons)."""
     artifact = _artifact_for_show(flow, stage, config, ArtifactStore(artifacts.resolve()))
-    table = artifact.excluded() if excluded else artifact.read()
+    if excluded and side_table:
+        raise IrforgeError("--excluded and --table are exclusive")
+    table = artifact.excluded() if excluded else artifact.read(table=side_table)
     if reason is not None:
         if not excluded:
             raise IrforgeError("--reason needs --excluded")
@@ -185,7 +190,7 @@ def show(
         for row in table.to_pylist():
             sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
         return
-    what = "excluded" if excluded else "kept"
+    what = "excluded" if excluded else f"{side_table} table" if side_table else "kept"
     out.print(
         rows_table(f"{flow}/{stage} {artifact.fingerprint}: {table.num_rows} of {total} {what} rows", table)
     )

@@ -56,20 +56,45 @@ class Artifact:
     def parts(self) -> list[Path]:
         return sorted(self.path.glob("part-*.parquet"))
 
-    def schema(self, columns: list[str] | None = None) -> pa.Schema:
-        schema = pq.read_schema(self.parts[0])
+    @property
+    def table_names(self) -> list[str]:
+        """Named side tables (beside the main rows and the excluded ones)."""
+        skip = {EXCLUDED}
+        return sorted(
+            p.stem
+            for p in self.path.glob("*.parquet")
+            if p.name not in skip and not p.name.startswith("part-")
+        )
+
+    def _files(self, table: str | None) -> list[Path]:
+        if table is None:
+            return self.parts
+        path = self.path / f"{table}.parquet"
+        if not path.is_file():
+            raise ArtifactError(
+                f"{self.stage} {self.fingerprint} has no table {table!r} (tables: {self.table_names})"
+            )
+        return [path]
+
+    def schema(self, columns: list[str] | None = None, table: str | None = None) -> pa.Schema:
+        schema = pq.read_schema(self._files(table)[0])
         return pa.schema([schema.field(c) for c in columns]) if columns else schema
 
     @property
     def num_rows(self) -> int:
-        return sum(pq.ParquetFile(p).metadata.num_rows for p in self.parts)
+        return self.count_rows()
 
-    def read(self, columns: list[str] | None = None) -> pa.Table:
-        tables = [pq.read_table(p, columns=columns) for p in self.parts]
+    def count_rows(self, table: str | None = None) -> int:
+        return sum(pq.ParquetFile(p).metadata.num_rows for p in self._files(table))
+
+    def read(self, columns: list[str] | None = None, table: str | None = None) -> pa.Table:
+        tables = [pq.read_table(p, columns=columns) for p in self._files(table)]
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
-    def iter_batches(self, rows: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
-        for part in self.parts:
+    def iter_batches(
+        self, rows: int, columns: list[str] | None = None, table: str | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        for part in self._files(table):
             yield from pq.ParquetFile(part).iter_batches(batch_size=rows, columns=columns)
 
     def excluded(self) -> pa.Table:

@@ -43,6 +43,7 @@ from irforge.stage import ChunkResult, StageContext, StageSpec, key_set
 log = logging.getLogger("irforge")
 
 StageState = Literal["reused", "computed", "resumed"]
+_WHOLE = 2**62
 
 # Libraries whose version is recorded in every manifest (those that can change a result).
 _RECORDED_PACKAGES = ("irforge", "pyarrow", "pydantic", "lxml", "justext", "pysbd", "ftfy")
@@ -117,8 +118,10 @@ def run_stage(
         work = store.work_dir(flow, spec.name, fp)
         if force and work.exists():
             shutil.rmtree(work)
-        resumed = _prepare_work_dir(work, fp, execution.chunk_rows)
-        totals = _run_chunks(plan, work, execution.chunk_rows, progress or NullProgress())
+        # A whole-input stage gets one chunk however large its input is.
+        chunk_rows = _WHOLE if spec.whole_input else execution.chunk_rows
+        resumed = _prepare_work_dir(work, fp, chunk_rows)
+        totals = _run_chunks(plan, work, chunk_rows, progress or NullProgress())
         if resumed:
             log.warning("RESUMED %s/%s %s: %d finished chunk(s) kept", flow, spec.name, fp, resumed)
         tmp = store.new_tmp_dir(flow, spec.name, fp)
@@ -128,6 +131,7 @@ def run_stage(
                 kept, extra = _finalize(plan, kept, totals)
                 excluded = [*excluded, extra]
             _write_artifact(spec, kept, excluded, tmp, execution.part_rows)
+            totals.tables = _write_side_tables(spec, work, totals.chunks, tmp)
             wall = time.perf_counter() - started
             write_json_atomic(tmp / MANIFEST, _manifest(flow, plan, fp, material, totals, wall, resumed))
             artifact = store.publish(tmp, flow, spec.name, fp)
@@ -151,6 +155,7 @@ class _Totals:
     units_excluded: int = 0
     process_s: float = 0.0
     reasons: Counter[str] = field(default_factory=Counter)
+    tables: dict[str, int] = field(default_factory=dict)
 
     def add(self, marker: dict[str, Any]) -> None:
         self.chunks += 1
@@ -163,6 +168,10 @@ class _Totals:
 def _chunk_paths(work: Path, index: int) -> tuple[Path, Path, Path]:
     stem = work / f"chunk-{index:06d}"
     return stem.with_suffix(".kept.parquet"), stem.with_suffix(".excluded.parquet"), stem.with_suffix(".json")
+
+
+def _side_table_path(work: Path, index: int, name: str) -> Path:
+    return work / f"chunk-{index:06d}.table-{name}.parquet"
 
 
 def _prepare_work_dir(work: Path, fp: str, chunk_rows: int) -> int:
@@ -200,6 +209,8 @@ def _run_chunks(plan: StagePlan, work: Path, chunk_rows: int, progress: Progress
         kept, excluded = _conform(spec, result)
         marker = _account(spec, chunk, kept, excluded, index)
         marker["process_s"] = elapsed
+        for name, table in _conform_tables(spec, result).items():
+            write_parquet_atomic(_side_table_path(work, index, name), table)
         write_parquet_atomic(kept_path, kept)
         write_parquet_atomic(excluded_path, excluded)
         write_json_atomic(marker_path, marker)  # the commit point of this chunk
@@ -220,6 +231,21 @@ def _conform(spec: StageSpec[Any], result: ChunkResult) -> tuple[pa.Table, pa.Ta
         return table.select(schema.names).cast(schema)
 
     return cast(result.kept, spec.schema, "kept"), cast(result.excluded, spec.excluded_schema, "excluded")
+
+
+def _conform_tables(spec: StageSpec[Any], result: ChunkResult) -> dict[str, pa.Table]:
+    unknown = sorted(set(result.tables) - set(spec.tables))
+    if unknown:
+        raise IrforgeError(f"stage {spec.name} produced undeclared tables {unknown}")
+    out = {}
+    for name, schema in spec.tables.items():
+        table = result.tables.get(name, schema.empty_table())
+        if sorted(table.column_names) != sorted(schema.names):
+            raise IrforgeError(
+                f"stage {spec.name} table {name}: columns {table.column_names} != {schema.names}"
+            )
+        out[name] = table.select(schema.names).cast(schema)
+    return out
 
 
 def _account(
@@ -313,6 +339,16 @@ def _write_artifact(
     pq.write_table(table, out / EXCLUDED, compression=PARQUET_COMPRESSION)
 
 
+def _write_side_tables(spec: StageSpec[Any], work: Path, chunks: int, out: Path) -> dict[str, int]:
+    rows = {}
+    for name, schema in spec.tables.items():
+        parts = [pq.read_table(_side_table_path(work, i, name)).cast(schema) for i in range(chunks)]
+        table = pa.concat_tables([schema.empty_table(), *parts])
+        pq.write_table(table, out / f"{name}.parquet", compression=PARQUET_COMPRESSION)
+        rows[name] = table.num_rows
+    return rows
+
+
 def _versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in _RECORDED_PACKAGES:
@@ -353,6 +389,7 @@ def _manifest(
             "units_excluded": totals.units_excluded,
             "excluded_by_reason": dict(sorted(totals.reasons.items())),
         },
+        "tables": dict(sorted(totals.tables.items())),
         "chunks": {"total": totals.chunks, "resumed": resumed_chunks},
         "wall_s": round(wall, 4),
         "process_s": round(totals.process_s, 4),

@@ -29,6 +29,8 @@ EXCLUSION_FIELDS = (pa.field("reason", pa.string(), nullable=False), pa.field("d
 class ChunkResult:
     kept: pa.Table
     excluded: pa.Table
+    # Named side outputs (e.g. a cluster map beside the rows): ``<name>.parquet`` in the artifact.
+    tables: Mapping[str, pa.Table] = field(default_factory=dict)
 
 
 class Source(Protocol):
@@ -58,13 +60,14 @@ class ArtifactSource:
     artifact: Artifact
     group_by: str | None = None
     columns: list[str] | None = None
+    table: str | None = None  # a named side table instead of the main rows
 
     def num_rows(self) -> int:
-        return self.artifact.num_rows
+        return self.artifact.count_rows(self.table)
 
     def batches(self, rows: int) -> Iterator[pa.Table]:
-        pending = self.artifact.schema(self.columns).empty_table()
-        for batch in self.artifact.iter_batches(rows, self.columns):
+        pending = self.artifact.schema(self.columns, self.table).empty_table()
+        for batch in self.artifact.iter_batches(rows, self.columns, self.table):
             pending = pa.concat_tables([pending, pa.Table.from_batches([batch])])
             # Strictly more rows than a chunk: only then can we see where the last group ends.
             while pending.num_rows > rows:
@@ -120,6 +123,9 @@ class StageSpec(Generic[C]):
     ``kept_keys`` maps kept rows back to the units they came from when that is not just
     the same columns (e.g. a passage merged from several paragraphs).
 
+    ``tables`` declares named side outputs with their schemas. ``whole_input`` stages get
+    their whole input as one chunk.
+
     ``finalize`` sees all kept rows at once, for rules no chunk can check alone (e.g. one
     row per article id); it may move rows to the excluded ones, never add or drop any.
 
@@ -138,6 +144,8 @@ class StageSpec(Generic[C]):
     source: Callable[[StageContext[C], dict[str, Any]], Source]
     process: Callable[[pa.Table, StageContext[C]], ChunkResult]
     kept_keys: Callable[[pa.Table], set[tuple[Any, ...]]] | None = None
+    tables: Mapping[str, pa.Schema] = field(default_factory=dict)
+    whole_input: bool = False  # one chunk: for rules over all rows at once (clustering, dedup)
     finalize: Callable[[pa.Table, StageContext[C]], ChunkResult] | None = None
     inputs: Callable[[StageContext[C]], dict[str, Any]] = field(default=lambda _ctx: {})
     description: str = ""

@@ -245,3 +245,43 @@ def test_grouped_chunks_never_split_a_group(tmp_path: Path, chunk_rows: int) -> 
         assert not names & seen, "a group was split across chunks"
         seen |= names
         assert chunk.num_rows >= min(chunk_rows, 1)
+
+
+def test_whole_input_stage_with_a_side_table(tmp_path: Path) -> None:
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+    from irforge.stage import TableSource
+
+    stats_schema = pa.schema([pa.field("chunk_rows", pa.int64())])
+    calls: list[int] = []
+
+    def process(chunk: pa.Table, ctx: object) -> ChunkResult:
+        calls.append(chunk.num_rows)
+        kept = chunk.append_column("value", chunk.column("id"))
+        return ChunkResult(
+            kept, NUMBERS.excluded_schema.empty_table(), {"stats": pa.table({"chunk_rows": [chunk.num_rows]})}
+        )
+
+    def source(ctx: object, _inputs: object) -> TableSource:
+        return TableSource(pa.table({"id": pa.array(range(25), pa.int64())}))
+
+    whole: StageSpec[NumbersConfig] = StageSpec(
+        **{
+            **NUMBERS.__dict__,
+            "process": process,
+            "source": source,
+            "whole_input": True,
+            "tables": {"stats": stats_schema},
+        }
+    )
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(whole,), default_config=Path("x"))
+    cfg = config()  # chunk_rows 2000 default; the toy helpers use 10, so set it small here too
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
+    store = ArtifactStore(tmp_path)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
+    artifact = execute_step(step, store, "toy", cfg.execution).artifact
+    assert calls == [25]  # one chunk despite chunk_rows = 10
+    assert artifact.table_names == ["stats"]
+    assert artifact.read(table="stats").column("chunk_rows").to_pylist() == [25]
+    assert artifact.manifest["tables"] == {"stats": 1}
+    with pytest.raises(IrforgeError, match="has no table 'nope'"):
+        artifact.read(table="nope")
