@@ -49,8 +49,9 @@ class Pipeline:
                 return spec
         raise IrforgeError(f"flow {self.name} has no stage {name!r} (stages: {', '.join(self.stage_names)})")
 
-    def stage_config(self, config: FlowConfig, name: str) -> BaseModel:
-        stage_config: BaseModel = getattr(config.stages, name)  # type: ignore[attr-defined]
+    def stage_config(self, config: FlowConfig, name: str) -> BaseModel | None:
+        """The stage's config; None when the flow config leaves an optional stage out."""
+        stage_config: BaseModel | None = getattr(config.stages, name)  # type: ignore[attr-defined]
         return stage_config
 
     def descendants(self, name: str) -> set[str]:
@@ -76,9 +77,13 @@ class Pipeline:
         return load_config(self.config_type, path), path.parent
 
     def plan(self, config: FlowConfig, base_dir: Path) -> dict[str, StagePlan]:
+        """Plans of the configured stages (a stage left out of the config, and what depends on it, has none)."""
         plans: dict[str, StagePlan] = {}
         for spec in self.stages:
-            context = StageContext(self.stage_config(config, spec.name), base_dir)
+            stage_config = self.stage_config(config, spec.name)
+            if stage_config is None or any(u not in plans for u in spec.upstream):
+                continue
+            context = StageContext(stage_config, base_dir)
             upstream = {u: plans[u].fingerprint for u in spec.upstream}
             plans[spec.name] = StagePlan.make(spec, context, upstream)
         return plans
@@ -118,6 +123,8 @@ def select_steps(
     for name in (selection.from_stage, selection.only, selection.until):
         if name is not None:
             pipeline.spec(name)  # fails with the list of valid names
+            if name not in plans:
+                raise IrforgeError(f"stage {name} is not configured: add stages.{name} to the flow config")
     if selection.only and (selection.from_stage or selection.until):
         raise IrforgeError("--only cannot be combined with --from or --until")
     if selection.only:
@@ -129,7 +136,7 @@ def select_steps(
                     f"(run `irforge run {pipeline.name} --until {up}` first)"
                 )
         return [Step(plans[spec.name], force=True)]
-    names = pipeline.stage_names
+    names = [n for n in pipeline.stage_names if n in plans]
     if selection.until:
         wanted = pipeline.ancestors(selection.until) | {selection.until}
         names = [n for n in names if n in wanted]
@@ -137,7 +144,7 @@ def select_steps(
     if selection.from_stage:
         if selection.until and selection.from_stage not in names:
             raise IrforgeError(f"--from {selection.from_stage} is not upstream of --until {selection.until}")
-        forced |= {selection.from_stage} | pipeline.descendants(selection.from_stage)
+        forced |= ({selection.from_stage} | pipeline.descendants(selection.from_stage)) & set(names)
     return [Step(plans[n], force=n in forced) for n in names]
 
 

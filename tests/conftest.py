@@ -27,7 +27,7 @@ def run_cure(
     base_dir: Path,
     selection: Selection | None = None,
     chunk_rows: int = 500,
-    **stages: dict[str, Any],
+    **stages: Any,
 ) -> dict[str, StageOutcome]:
     """Run CURE stages the way the Prefect tasks do (same engine calls), without a server."""
     pipeline = get_pipeline("cure")

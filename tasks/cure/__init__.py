@@ -1,4 +1,4 @@
-"""The CURE flow's stages (CURE §2): ingest → parse → segment → filter → ... ."""
+"""The CURE flow's stages (CURE §2): ingest → parse → segment → filter; annotations → ... ."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from irforge.pipeline import FlowConfig
 from irforge.stage import StageSpec
 from tasks.cure import filter as filter_stage
 from tasks.cure import ingest as ingest_stage
+from tasks.cure import intake as annotations_stage
 from tasks.cure import parse as parse_stage
 from tasks.cure import segment as segment_stage
 from tasks.cure.filter import FilterConfig
 from tasks.cure.ingest import IngestConfig
+from tasks.cure.intake import AnnotationsConfig
 from tasks.cure.parse import ParseConfig
 from tasks.cure.segment import SegmentConfig
 
@@ -22,6 +24,8 @@ class CureStages(StrictModel):
     parse: ParseConfig = ParseConfig()
     segment: SegmentConfig = SegmentConfig()
     filter: FilterConfig = FilterConfig()
+    # Stages from here on are optional: a flow config without them runs up to the filter.
+    annotations: AnnotationsConfig | None = None
 
 
 class CureConfig(FlowConfig):
@@ -34,4 +38,5 @@ STAGES: tuple[StageSpec[Any], ...] = (
     parse_stage.SPEC,
     segment_stage.SPEC,
     filter_stage.SPEC,
+    annotations_stage.SPEC,
 )
