@@ -78,8 +78,8 @@ class StagePlan:
     def fingerprint(self) -> str:
         return fingerprint(self.material)
 
-    def with_upstream(self, upstream: dict[str, Artifact]) -> StagePlan:
-        context = StageContext(self.context.config, self.context.base_dir, upstream)
+    def with_upstream(self, upstream: dict[str, Artifact], cache_dir: Path | None = None) -> StagePlan:
+        context = StageContext(self.context.config, self.context.base_dir, upstream, cache_dir)
         return StagePlan(self.spec, context, self.upstream_fingerprints, self.inputs)
 
 
@@ -156,6 +156,7 @@ class _Totals:
     process_s: float = 0.0
     reasons: Counter[str] = field(default_factory=Counter)
     tables: dict[str, int] = field(default_factory=dict)
+    cost: dict[str, float] = field(default_factory=dict)
 
     def add(self, marker: dict[str, Any]) -> None:
         self.chunks += 1
@@ -163,6 +164,8 @@ class _Totals:
             setattr(self, name, getattr(self, name) + marker[name])
         self.process_s += marker["process_s"]
         self.reasons.update(marker["reasons"])
+        for name, value in marker.get("cost", {}).items():
+            self.cost[name] = self.cost.get(name, 0.0) + value
 
 
 def _chunk_paths(work: Path, index: int) -> tuple[Path, Path, Path]:
@@ -209,6 +212,7 @@ def _run_chunks(plan: StagePlan, work: Path, chunk_rows: int, progress: Progress
         kept, excluded = _conform(spec, result)
         marker = _account(spec, chunk, kept, excluded, index)
         marker["process_s"] = elapsed
+        marker["cost"] = {k: float(v) for k, v in sorted(result.cost.items())}
         for name, table in _conform_tables(spec, result).items():
             write_parquet_atomic(_side_table_path(work, index, name), table)
         write_parquet_atomic(kept_path, kept)
@@ -394,5 +398,5 @@ def _manifest(
         "wall_s": round(wall, 4),
         "process_s": round(totals.process_s, 4),
         "rows_per_s": round(totals.rows_in / wall, 1) if wall > 0 else None,
-        "cost": {},
+        "cost": dict(sorted(totals.cost.items())),
     }

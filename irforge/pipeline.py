@@ -153,6 +153,5 @@ def execute_step(
 ) -> StageOutcome:
     """Run one stage against the upstream artifacts its plan names."""
     upstream = {name: store.get(flow, name, fp) for name, fp in step.plan.upstream_fingerprints.items()}
-    return run_stage(
-        step.plan.with_upstream(upstream), store, flow, execution, force=step.force, progress=progress
-    )
+    plan = step.plan.with_upstream(upstream, cache_dir=store.root / "cache")
+    return run_stage(plan, store, flow, execution, force=step.force, progress=progress)

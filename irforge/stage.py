@@ -31,6 +31,8 @@ class ChunkResult:
     excluded: pa.Table
     # Named side outputs (e.g. a cluster map beside the rows): ``<name>.parquet`` in the artifact.
     tables: Mapping[str, pa.Table] = field(default_factory=dict)
+    # What the chunk cost (billed characters, requests, tokens, cache hits): summed into the manifest.
+    cost: Mapping[str, float] = field(default_factory=dict)
 
 
 class Source(Protocol):
@@ -51,6 +53,9 @@ class StageContext(Generic[C]):
     config: C
     base_dir: Path  # relative paths in the config are relative to the config file
     upstream: Mapping[str, Artifact] = field(default_factory=dict)
+    # Where request caches of paid calls live (shared by runs and fingerprints: a cached
+    # answer is reused whatever else changed); None while only planning.
+    cache_dir: Path | None = None
 
 
 @dataclass(frozen=True)
