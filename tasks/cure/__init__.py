@@ -12,11 +12,13 @@ from tasks.cure import ingest as ingest_stage
 from tasks.cure import intake as annotations_stage
 from tasks.cure import parse as parse_stage
 from tasks.cure import segment as segment_stage
+from tasks.cure import translate as translate_stage
 from tasks.cure.filter import FilterConfig
 from tasks.cure.ingest import IngestConfig
 from tasks.cure.intake import AnnotationsConfig
 from tasks.cure.parse import ParseConfig
 from tasks.cure.segment import SegmentConfig
+from tasks.cure.translate import TranslateConfig
 
 
 class CureStages(StrictModel):
@@ -26,6 +28,7 @@ class CureStages(StrictModel):
     filter: FilterConfig = FilterConfig()
     # Stages from here on are optional: a flow config without them runs up to the filter.
     annotations: AnnotationsConfig | None = None
+    translate: TranslateConfig | None = None
 
 
 class CureConfig(FlowConfig):
@@ -39,4 +42,5 @@ STAGES: tuple[StageSpec[Any], ...] = (
     segment_stage.SPEC,
     filter_stage.SPEC,
     annotations_stage.SPEC,
+    translate_stage.SPEC,
 )

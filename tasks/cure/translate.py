@@ -1,0 +1,232 @@
+"""Stage ``translate``: every validated query in English, French and Spanish (CURE §2.2).
+
+Each query keeps its original text in its own language and gets the other two by machine
+translation. The translator is a port (:mod:`tasks.translate.port`); the production
+adapter is DeepL through its official client (``DEEPL_AUTH_KEY``, optional
+``DEEPL_SERVER_URL``). ``engine: auto`` uses DeepL when a key is set and otherwise
+translates nothing: the missing languages are then excluded as ``no_translator`` (the
+run still completes and says so). The resolved engine and its options (formality,
+glossary digests, server kind — never the key) are part of the fingerprint.
+
+Every request goes through a SQLite cache under the artifact root's ``cache/`` folder,
+keyed by (text, source, target, engine, options) and committed batch by batch, so a
+rerun, a resumed run or another fingerprint never pays twice for the same text. A quota
+(456), key (403) or rate-limit error stops the stage with a one-line message; finished
+chunks and every cached batch are kept.
+
+Input: the ``queries`` table of the ``annotations`` stage, one unit per (query, target
+language). Output columns: ``query_id``, ``language``, ``text``, ``original`` (True for the
+annotator's own text), ``source_language``, ``engine`` (``original`` | ``deepl``),
+``engine_options`` (JSON), ``billed_characters`` (what DeepL billed when this text was
+first paid for — a cached answer keeps it; the manifest's ``cost`` counts this run only),
+``domain``.
+Excluded: ``no_translator``. The manifest's ``cost`` has billed and sent characters,
+texts sent and cache hits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import Field
+
+from irforge.config import StrictModel
+from irforge.errors import ConfigError, IrforgeError
+from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
+from tasks.translate.deepl import DeepLTranslator
+from tasks.translate.port import CacheStats, TranslationCache, cached_translate
+
+Engine = Literal["auto", "deepl", "none"]
+
+
+class DeepLOptions(StrictModel):
+    formality: Literal["prefer_more", "prefer_less"] | None = Field(
+        None, description="Register of the output."
+    )
+    model_type: Literal["quality_optimized", "prefer_quality_optimized", "latency_optimized"] | None = None
+    english_variant: Literal["EN-US", "EN-GB"] = "EN-US"
+    glossaries: dict[str, str] = Field(
+        default_factory=dict,
+        description='Language pair ("en-fr") → CSV of medical terms (source_term,target_term), relative to the config.',
+    )
+    max_network_retries: int = Field(
+        5, ge=0, description="The client's own retries on 429 / 5xx / dropped connections."
+    )
+
+
+class TranslateConfig(StrictModel):
+    engine: Engine = Field("auto", description="auto: DeepL when DEEPL_AUTH_KEY is set, else none.")
+    languages: tuple[str, ...] = ("en", "fr", "es")
+    deepl: DeepLOptions = DeepLOptions()
+
+
+SCHEMA = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("language", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("original", pa.bool_(), nullable=False),
+        pa.field("source_language", pa.string(), nullable=False),
+        pa.field("engine", pa.string(), nullable=False),
+        pa.field("engine_options", pa.string()),
+        pa.field("billed_characters", pa.int64(), nullable=False),
+        pa.field("domain", pa.string(), nullable=False),
+    ]
+)
+EXCLUDED_SCHEMA = exclusion_schema(
+    pa.field("query_id", pa.string(), nullable=False),
+    pa.field("language", pa.string(), nullable=False),
+    pa.field("source_language", pa.string(), nullable=False),
+    pa.field("source_text", pa.string(), nullable=False),
+)
+_SOURCE_SCHEMA = pa.schema(
+    [
+        pa.field("query_id", pa.string()),
+        pa.field("language", pa.string()),
+        pa.field("source_language", pa.string()),
+        pa.field("source_text", pa.string()),
+        pa.field("domain", pa.string()),
+    ]
+)
+
+
+def resolved_engine(config: TranslateConfig) -> str:
+    if config.engine != "auto":
+        return config.engine
+    return "deepl" if os.environ.get("DEEPL_AUTH_KEY", "").strip() else "none"
+
+
+def make_translator(config: TranslateConfig, base_dir: Path) -> DeepLTranslator | None:
+    if resolved_engine(config) == "none":
+        return None
+    options = config.deepl
+    return DeepLTranslator.from_env(
+        formality=options.formality,
+        model_type=options.model_type,
+        english_variant=options.english_variant,
+        glossaries={pair: base_dir / path for pair, path in options.glossaries.items()},
+        max_network_retries=options.max_network_retries,
+    )
+
+
+def inputs(ctx: StageContext[TranslateConfig]) -> dict[str, Any]:
+    translator = make_translator(ctx.config, ctx.base_dir)
+    if translator is None:
+        return {"engine": "none"}
+    with translator:
+        return {"engine": translator.engine, "options": translator.options()}
+
+
+def source(ctx: StageContext[TranslateConfig], _inputs: dict[str, Any]) -> TableSource:
+    rows = []
+    for q in ctx.upstream["annotations"].read(table="queries").to_pylist():
+        for language in ctx.config.languages:
+            rows.append(
+                {
+                    "query_id": q["query_id"],
+                    "language": language,
+                    "source_language": q["language"],
+                    "source_text": q["text"],
+                    "domain": q["domain"],
+                }
+            )
+    return TableSource(pa.Table.from_pylist(rows, schema=_SOURCE_SCHEMA))
+
+
+def process(chunk: pa.Table, ctx: StageContext[TranslateConfig]) -> ChunkResult:
+    rows = chunk.to_pylist()
+    kept: list[dict[str, Any]] = []
+    excluded: list[dict[str, Any]] = []
+    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["language"] == row["source_language"]:
+            kept.append(
+                _row(row, row["source_text"], original=True, engine="original", options=None, billed=0)
+            )
+        else:
+            by_pair[(row["source_language"], row["language"])].append(row)
+    stats = CacheStats(0, 0, 0, 0)
+    translator = make_translator(ctx.config, ctx.base_dir) if by_pair else None
+    if by_pair and translator is None:
+        for pair_rows in by_pair.values():
+            excluded += [_no_translator(r) for r in pair_rows]
+    elif translator is not None:
+        if ctx.cache_dir is None:
+            raise IrforgeError("translate: no request cache folder (run through the stage engine)")
+        ctx.cache_dir.mkdir(parents=True, exist_ok=True)
+        options = json.dumps(translator.options(), sort_keys=True)
+        with translator, TranslationCache(ctx.cache_dir / "translations.sqlite") as cache:
+            for (src, tgt), pair_rows in sorted(by_pair.items()):
+                texts = [r["source_text"] for r in pair_rows]
+                results, pair_stats = cached_translate(translator, cache, texts, src, tgt)
+                stats += pair_stats
+                for r, t in zip(pair_rows, results, strict=True):
+                    kept.append(_row(r, t.text, original=False, engine=translator.engine, options=options,
+                                     billed=t.billed_characters))  # fmt: skip
+    order = {(r["query_id"], r["language"]): i for i, r in enumerate(rows)}
+    kept.sort(key=lambda r: order[(r["query_id"], r["language"])])
+    cost = {
+        "billed_characters": stats.billed_characters,
+        "sent_characters": stats.sent_characters,
+        "texts_sent": stats.sent_texts,
+        "cache_hits": stats.hits,
+    }
+    return ChunkResult(rows_to_table(kept, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA), cost=cost)
+
+
+def _row(
+    row: dict[str, Any], text: str, *, original: bool, engine: str, options: str | None, billed: int
+) -> dict[str, Any]:
+    return {
+        "query_id": row["query_id"],
+        "language": row["language"],
+        "text": text,
+        "original": original,
+        "source_language": row["source_language"],
+        "engine": engine,
+        "engine_options": options,
+        "billed_characters": billed,
+        "domain": row["domain"],
+    }
+
+
+def _no_translator(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "reason": "no_translator",
+        "detail": "no translation engine: set DEEPL_AUTH_KEY (engine: auto or deepl)",
+        "query_id": row["query_id"],
+        "language": row["language"],
+        "source_language": row["source_language"],
+        "source_text": row["source_text"],
+    }
+
+
+def _check_languages(config: TranslateConfig) -> None:
+    unknown = [lang for lang in config.languages if lang not in ("en", "fr", "es")]
+    if unknown:
+        raise ConfigError(f"stages.translate.languages: {unknown} not supported (en, fr, es)")
+
+
+def _inputs_checked(ctx: StageContext[TranslateConfig]) -> dict[str, Any]:
+    _check_languages(ctx.config)
+    return inputs(ctx)
+
+
+SPEC: StageSpec[TranslateConfig] = StageSpec(
+    name="translate",
+    version=1,
+    config_type=TranslateConfig,
+    upstream=("annotations",),
+    schema=SCHEMA,
+    excluded_schema=EXCLUDED_SCHEMA,
+    key=("query_id", "language"),
+    inputs=_inputs_checked,
+    source=source,
+    process=process,
+    description="Queries in en / fr / es: the original plus DeepL translations through a request cache.",
+)

@@ -1,0 +1,297 @@
+"""The translator port: what a query-translation stage needs from a machine translator.
+
+A stage receives a :class:`Translator` (DeepL in production, an LLM or a local server that
+speaks DeepL's protocol elsewhere, DESIGN §6) and calls it through :func:`cached_translate`,
+which puts every paid request behind a :class:`TranslationCache` (DESIGN §4: "a crash or a
+rerun never pays twice for the same request").
+
+Cache key = sha256 of the canonical JSON of (text, source, target, engine, options), where
+``options`` is everything that changes the output (formality, glossary digest, model type,
+server kind) and never a credential. Results are committed chunk by chunk as they arrive, so
+a crash part-way through a long list only repeats the chunk that was in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, runtime_checkable
+
+from irforge.errors import IrforgeError
+from irforge.fingerprint import canonical_json
+
+LANGUAGES: tuple[str, ...] = ("en", "fr", "es")
+"""The ISO 639-1 codes of the CURE query languages; ports take and return these."""
+
+DEFAULT_BATCH_TEXTS = 50
+DEFAULT_BATCH_BYTES = 120 * 1024
+"""Default unit of persisted work in :func:`cached_translate`: at most 50 texts and 120 KiB
+of JSON-encoded text, a little under DeepL's per-request limits (50 texts, 128 KiB body)
+so that one chunk is one paid request."""
+
+
+@dataclass(frozen=True)
+class Translation:
+    text: str
+    billed_characters: int
+    detected_source: str | None
+
+
+class TranslationError(IrforgeError):
+    """A translation request failed; the message says what to do. Never contains a key."""
+
+
+class QuotaExceeded(TranslationError):
+    """The account's character quota for the billing period is used up (DeepL: HTTP 456)."""
+
+
+class AuthorizationFailed(TranslationError):
+    """The service rejected the credentials, or none were given (DeepL: HTTP 403)."""
+
+
+class RateLimited(TranslationError):
+    """Still answered 'too many requests' (HTTP 429) after the client's retries."""
+
+
+class TranslatorUnavailable(TranslationError):
+    """The service could not be reached, or kept failing (5xx) after the client's retries."""
+
+
+@runtime_checkable
+class Translator(Protocol):
+    """A machine translator between the CURE query languages.
+
+    ``engine`` names the backend (``"deepl"``); ``options()`` returns everything besides the
+    text and the language pair that changes the output, JSON-serialisable, without secrets.
+    ``translate`` returns one :class:`Translation` per input text, in order.
+    """
+
+    engine: str
+
+    def options(self) -> dict[str, Any]: ...
+
+    def translate(self, texts: Sequence[str], source: str, target: str) -> list[Translation]: ...
+
+
+def check_pair(source: str, target: str) -> None:
+    """Raise :class:`TranslationError` unless source and target are distinct CURE languages."""
+    for role, lang in (("source", source), ("target", target)):
+        if lang not in LANGUAGES:
+            raise TranslationError(
+                f"unsupported {role} language {lang!r}: use one of {', '.join(LANGUAGES)} (ISO 639-1)"
+            )
+    if source == target:
+        raise TranslationError(
+            f"source and target are both {source!r}: drop this pair from the config, there is nothing to translate"
+        )
+
+
+def json_size(text: str) -> int:
+    """Bytes ``text`` takes as a JSON string the way ``requests`` encodes it (ASCII escapes)."""
+    return len(json.dumps(text))
+
+
+def plan_batches(sizes: Sequence[int], max_items: int, max_bytes: int) -> list[range]:
+    """Cut ``len(sizes)`` items, in order, into ranges of at most ``max_items`` items whose
+    sizes (plus 2 bytes of separator each) add up to at most ``max_bytes``.
+
+    An item larger than ``max_bytes`` on its own gets a range of its own; the caller decides
+    whether that is an error.
+    """
+    if max_items < 1 or max_bytes < 1:
+        raise ValueError("max_items and max_bytes must be positive")
+    batches: list[range] = []
+    start, used = 0, 0
+    for i, size in enumerate(sizes):
+        cost = size + 2
+        if i > start and (i - start >= max_items or used + cost > max_bytes):
+            batches.append(range(start, i))
+            start, used = i, 0
+        used += cost
+    if start < len(sizes):
+        batches.append(range(start, len(sizes)))
+    return batches
+
+
+def cache_key(text: str, source: str, target: str, engine: str, options: Mapping[str, Any]) -> str:
+    material = {"text": text, "source": source, "target": target, "engine": engine, "options": options}
+    return hashlib.sha256(canonical_json(material).encode("utf-8")).hexdigest()
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS translations (
+    key TEXT PRIMARY KEY,
+    text TEXT NOT NULL,
+    billed_characters INTEGER NOT NULL,
+    detected_source TEXT,
+    created_at REAL NOT NULL
+) WITHOUT ROWID
+"""
+_SQL_VARS = 500  # well under SQLite's bound-parameter limit on every build
+
+
+class TranslationCache:
+    """Translations by request hash, in one SQLite file (WAL: one writer, many readers).
+
+    ``put_many`` commits before it returns (``synchronous=FULL``), so a result that was
+    paid for survives a crash of the process right after. The first result stored for a
+    key is kept (a later ``put_many`` of the same key is ignored): reruns are stable.
+    Safe to share between threads of one process; several processes may open the same file.
+    """
+
+    def __init__(self, path: Path | str, *, timeout_s: float = 30.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(
+            self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
+        )
+        try:
+            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise TranslationError(
+                    f"translation cache {self.path}: SQLite refused WAL mode ({mode}); "
+                    "put the cache on a local file system"
+                )
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute(_SCHEMA)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Translation]:
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, Translation] = {}
+        with self._lock:
+            for i in range(0, len(wanted), _SQL_VARS):
+                part = wanted[i : i + _SQL_VARS]
+                marks = ",".join("?" * len(part))
+                rows = self._conn.execute(
+                    f"SELECT key, text, billed_characters, detected_source FROM translations WHERE key IN ({marks})",
+                    part,
+                )
+                for key, text, billed, detected in rows:
+                    found[key] = Translation(text=text, billed_characters=billed, detected_source=detected)
+        return found
+
+    def put_many(self, items: Mapping[str, Translation] | Iterable[tuple[str, Translation]]) -> None:
+        pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
+        if not pairs:
+            return
+        now = time.time()
+        rows = [(k, t.text, t.billed_characters, t.detected_source, now) for k, t in pairs]
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.executemany(
+                    "INSERT INTO translations (key, text, billed_characters, detected_source, created_at) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT(key) DO NOTHING",
+                    rows,
+                )
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def __len__(self) -> int:
+        with self._lock:
+            count: int = self._conn.execute("SELECT COUNT(*) FROM translations").fetchone()[0]
+        return count
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> TranslationCache:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """What one :func:`cached_translate` call did.
+
+    ``hits``: input positions answered from the cache; ``misses``: the other positions
+    (``hits + misses == len(texts)``); ``sent_characters``: code points of the distinct texts
+    sent (a text repeated in the input is sent once); ``billed_characters``: what the engine
+    billed for them; ``sent_texts``: how many distinct texts were sent.
+    """
+
+    hits: int
+    misses: int
+    sent_characters: int
+    billed_characters: int
+    sent_texts: int = 0
+
+    def __add__(self, other: CacheStats) -> CacheStats:
+        return CacheStats(
+            self.hits + other.hits,
+            self.misses + other.misses,
+            self.sent_characters + other.sent_characters,
+            self.billed_characters + other.billed_characters,
+            self.sent_texts + other.sent_texts,
+        )
+
+
+def cached_translate(
+    translator: Translator,
+    cache: TranslationCache,
+    texts: Sequence[str],
+    source: str,
+    target: str,
+    *,
+    max_batch_texts: int = DEFAULT_BATCH_TEXTS,
+    max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> tuple[list[Translation], CacheStats]:
+    """Translate ``texts``, paying only for those not in ``cache``; results align with ``texts``.
+
+    The misses are deduplicated (first occurrence order) and sent in chunks of at most
+    ``max_batch_texts`` texts / ``max_batch_bytes`` bytes of JSON-encoded text; each chunk's
+    results are committed to the cache before the next chunk is sent. If a chunk fails, the
+    error propagates and the chunks before it stay cached, so a rerun resumes there.
+    """
+    check_pair(source, target)
+    engine, options = translator.engine, translator.options()
+    keys = [cache_key(t, source, target, engine, options) for t in texts]
+    known = cache.get_many(keys)
+    hits = sum(1 for k in keys if k in known)
+
+    pending: dict[str, str] = {}  # key -> text, first occurrence order
+    for key, text in zip(keys, texts, strict=True):
+        if key not in known:
+            pending.setdefault(key, text)
+    todo_keys, todo_texts = list(pending), list(pending.values())
+
+    billed = 0
+    for batch in plan_batches([json_size(t) for t in todo_texts], max_batch_texts, max_batch_bytes):
+        chunk = todo_texts[batch.start : batch.stop]
+        results = translator.translate(chunk, source, target)
+        if len(results) != len(chunk):
+            raise TranslationError(
+                f"{engine} returned {len(results)} translations for {len(chunk)} texts: "
+                "the engine or its adapter is broken; report it, nothing was cached for this chunk"
+            )
+        fresh = dict(zip(todo_keys[batch.start : batch.stop], results, strict=True))
+        cache.put_many(fresh)
+        known.update(fresh)
+        billed += sum(r.billed_characters for r in results)
+
+    stats = CacheStats(
+        hits=hits,
+        misses=len(texts) - hits,
+        sent_characters=sum(len(t) for t in todo_texts),
+        billed_characters=billed,
+        sent_texts=len(todo_texts),
+    )
+    return [known[k] for k in keys], stats
