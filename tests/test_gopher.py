@@ -468,42 +468,12 @@ def test_boilerplate_is_dropped(name: str) -> None:
 
 
 def _datatrove_decider(rules: GopherRules) -> Callable[[str], str]:
-    """datatrove's two Gopher filters with our thresholds; returns "keep" or datatrove's reason."""
+    """datatrove's two Gopher filters with our thresholds (the benchmark's peer, reused)."""
     pytest.importorskip("spacy")
-    data = pytest.importorskip("datatrove.data")
-    gq = pytest.importorskip("datatrove.pipeline.filters.gopher_quality_filter")
-    gr = pytest.importorskip("datatrove.pipeline.filters.gopher_repetition_filter")
-    assert rules.max_hash_ratio == rules.max_ellipsis_ratio  # one threshold for both in datatrove
-    quality = gq.GopherQualityFilter(
-        min_doc_words=rules.min_words,
-        max_doc_words=rules.max_words,
-        min_avg_word_length=rules.min_mean_word_length,
-        max_avg_word_length=rules.max_mean_word_length,
-        max_symbol_word_ratio=rules.max_hash_ratio,
-        max_bullet_lines_ratio=rules.max_bullet_line_ratio,
-        max_ellipsis_lines_ratio=rules.max_ellipsis_line_ratio,
-        max_non_alpha_words_ratio=rules.min_alpha_word_ratio,
-        min_stop_words=rules.min_stop_words,
-        stop_words=list(rules.stop_words),
-    )
-    repetition = gr.GopherRepetitionFilter(
-        dup_line_frac=rules.dup_line_frac,
-        dup_para_frac=rules.dup_para_frac,
-        dup_line_char_frac=rules.dup_line_char_frac,
-        dup_para_char_frac=rules.dup_para_char_frac,
-        top_n_grams=tuple(sorted((n, t) for n, t in rules.top_ngram_char_frac.items() if t is not None)),
-        dup_n_grams=tuple(sorted((n, t) for n, t in rules.dup_ngram_char_frac.items() if t is not None)),
-    )
+    pytest.importorskip("datatrove")
+    from bench.bench_filter import datatrove_decider
 
-    def decide(text: str) -> str:
-        doc = data.Document(text=text, id="t")
-        for f in (quality, repetition):
-            verdict = f.filter(doc)
-            if verdict is not True:
-                return str(verdict[1])
-        return "keep"
-
-    return decide
+    return datatrove_decider(rules)
 
 
 def _symbol_word_mismatch(text: str) -> bool:
