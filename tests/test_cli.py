@@ -16,7 +16,7 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
 STAGES = ["ingest", "parse", "segment", "filter"]
-ALL = [*STAGES, "annotations", "translate"]  # the demo config also has annotations and translation
+ALL = [*STAGES, "annotations", "dedup", "translate"]  # the demo config goes on to query translation
 
 
 @pytest.fixture(scope="module")

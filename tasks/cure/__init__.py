@@ -7,12 +7,14 @@ from typing import Any, Literal
 from irforge.config import StrictModel
 from irforge.pipeline import FlowConfig
 from irforge.stage import StageSpec
+from tasks.cure import dedup as dedup_stage
 from tasks.cure import filter as filter_stage
 from tasks.cure import ingest as ingest_stage
 from tasks.cure import intake as annotations_stage
 from tasks.cure import parse as parse_stage
 from tasks.cure import segment as segment_stage
 from tasks.cure import translate as translate_stage
+from tasks.cure.dedup import DedupConfig
 from tasks.cure.filter import FilterConfig
 from tasks.cure.ingest import IngestConfig
 from tasks.cure.intake import AnnotationsConfig
@@ -28,6 +30,7 @@ class CureStages(StrictModel):
     filter: FilterConfig = FilterConfig()
     # Stages from here on are optional: a flow config without them runs up to the filter.
     annotations: AnnotationsConfig | None = None
+    dedup: DedupConfig | None = None
     translate: TranslateConfig | None = None
 
 
@@ -42,5 +45,6 @@ STAGES: tuple[StageSpec[Any], ...] = (
     segment_stage.SPEC,
     filter_stage.SPEC,
     annotations_stage.SPEC,
+    dedup_stage.SPEC,
     translate_stage.SPEC,
 )
