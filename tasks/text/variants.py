@@ -29,45 +29,53 @@ edit distance a pair whose longer text has ``L`` characters may have. A pair x, 
 qualify if ``|len x - len y| ≤ K`` (length filter). For each text x, ``kup(x)`` is the
 largest ``K`` over every partner length that the length filter allows.
 
-1. **Grams and a global order.** Every text's q-grams (q chosen from t, 6 at t = 0.9)
-   are hashed; grams are ordered by an estimate of how often they occur in the input
-   (rare first), ties by hash. Any fixed order of gram values is correct; rare-first only
-   makes the filter cheap.
-2. **Pivots.** The grid chunks of x (the grams starting at 0, q, 2q, ...) are pairwise
-   disjoint, so one edit (substitution, insertion or deletion of one character) destroys
-   at most one of them. The ``P(x) = kup(x) + ℓ`` rarest chunks are x's *pivots*;
-   ``last(x)`` is the largest of their keys and the *prefix* ``pre(x)`` is every gram of x
-   (at any position) whose key is ``≤ last(x)``.
+1. **Grams and a global order.** Every text's q-grams (q from t: 6 at t = 0.9, 12 at
+   0.95) are hashed; grams are ordered by a rarity level (an estimate of how often the
+   gram occurs in the input, rare first), then by hash. Any order that depends only on
+   the gram is correct; rare-first only makes the filter cheap.
+2. **Pivots.** x's pivots are ``P(x) = kup(x) + ℓ`` pairwise *disjoint* grams of x, so
+   one edit (substitution, insertion or deletion of one character) destroys at most one
+   of them. They are picked to be rare: for each text, the lowest rarity level at which a
+   left-to-right greedy scan still finds ``P(x)`` disjoint grams (binary search, all texts
+   in lock step), else the rarest grid chunks (grams at 0, q, 2q, ...). ``last(x)`` is the
+   largest pivot key and the *prefix* ``pre(x)`` is every gram of x, at any position,
+   with key ``≤ last(x)``.
 3. **Pivotal lemma** (Deng, Li, Feng, ICDE 2014, extended to a count): if
-   ``ed(x, y) ≤ K`` then at least ``P(x) - K`` pivots of x survive unedited into y, at a
-   position shifted by at most ``K``. Each survivor has key ``≤ last(x)``; if
-   ``last(x) ≤ last(y)`` every copy of it in y is in ``pre(y)``. Otherwise swap x and y.
-   So every qualifying pair is found by joining the pivots of the text with the smaller
-   ``last`` against the prefix of the other on equal grams, keeping matches with
-   ``|pos_x - pos_y| ≤ K`` and ``|len_x - len_y| ≤ K``, and counting at least
-   ``P(x) - K`` matches. The join groups entries by (gram, length cell, position cell);
-   a pivot is entered into every cell its admissible partners can lie in, so the cells
+   ``ed(x, y) ≤ K`` then at least ``P(x) - K`` pivots of x survive unedited into y,
+   shifted by at most ``K`` positions. Each survivor has key ``≤ last(x)``; if
+   ``last(x) ≤ last(y)`` every copy of it in y is in ``pre(y)``; otherwise the same holds
+   with x and y swapped. So every qualifying pair is found by joining the pivots of the
+   text with the smaller ``last`` against the prefix of the other on equal grams, keeping
+   matches with ``|pos_x - pos_y| ≤ kup(x)``, and requiring ``≥ P(x) - K`` matches plus
+   the length filter. The join groups entries by (gram, length cell, position cell) in one
+   sort; a pivot is entered into every cell its admissible partners can lie in, so cells
    only save work and never lose a match. Hash collisions only merge groups (more
    candidates, never fewer).
 4. **Verification.** Candidates are scored with ``Levenshtein.normalized_similarity``
    and ``score_cutoff=t``, exactly as the oracle does.
 
-Texts too short to have ``kup + 1`` chunks (very short texts, low thresholds) are
-compared with every text their length allows (still exact, quadratic only in them).
+Texts with fewer than ``kup + 1`` disjoint grams (very short texts, low thresholds) are
+compared by brute force (rapidfuzz ``cdist`` in blocks) with every text their length
+allows, and so is everything when the join would produce more raw matches than
+``_FALLBACK`` times the pairs the length filter lets through (low thresholds, where
+q-grams are too short to be selective). Raw matches are processed in bounded batches.
 Texts identical after normalisation are grouped first (similarity 1.0).
 
 Containments: diagonal q-gram counting
 --------------------------------------
-If ``partial_ratio(I, O) ≥ 100·t`` rapidfuzz found a window W of O, ``|W| ≤ m = len(I)``,
-with ``D + J ≤ (1 - t)(m + |W|) ≤ E = ⌊2m(1 - t)⌋`` where D inner characters are deleted
-and J window characters inserted. Disjoint chunks of I are destroyed only by a deleted
-character or an insertion inside them, so at most E are destroyed: of I's
-``P = E + ℓ`` rarest grid chunks at least ``P - E`` occur in O, and on the alignment the
-diagonal ``pos_O - pos_I`` of the survivors varies by at most ``max(D, J) ≤ E``, so they
-fall into two adjacent diagonal buckets of width ``E + 1``. Candidates are pairs with
-``≥ P - E`` chunk matches in two adjacent buckets (and the length ratio); each is scored
-with ``fuzz.partial_ratio`` and ``score_cutoff``, exactly as the oracle does. Inner texts
-with fewer than ``E + 1`` chunks are compared with every eligible outer text.
+If ``partial_ratio(I, O) ≥ 100·t``, rapidfuzz found a window W of O, ``|W| ≤ m = len(I)``,
+with ``D + J ≤ (1 - t)(m + |W|) ≤ E = ⌊2m(1 - t)⌋`` where D characters of I are deleted
+and J characters of W inserted. A disjoint gram of I is destroyed only by a deleted
+character or an insertion inside it, so of I's ``P = E + ℓ`` pivots at least ``P - E``
+occur in O, and along the alignment the diagonal ``pos_O - pos_I`` of the survivors varies
+by at most ``max(D, J) ≤ E``: they fall into two adjacent diagonal buckets of width
+``E + 1``. Candidates are pairs with ``≥ P - E`` pivot matches in two adjacent buckets
+(and the length rule). Each candidate then meets a cheap exact bound: the score is
+``2·LCS(I, W) / (m + |W|) ≤ 2L / (m + L)`` with ``L = LCS(I, O)`` (rapidfuzz ``LCSseq``,
+microseconds), and survivors are scored with ``fuzz.partial_ratio`` and ``score_cutoff``
+(milliseconds), exactly as the oracle does. Inner texts with fewer than ``E + 1``
+disjoint grams are compared with every eligible outer text; when ``max_length_ratio``
+is 1, equal-length pairs (which rapidfuzz aligns either way round) are always compared.
 """
 
 from __future__ import annotations
@@ -77,11 +85,12 @@ import time
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from rapidfuzz import fuzz, process
-from rapidfuzz.distance import Levenshtein
+from rapidfuzz.distance import LCSseq, Levenshtein
 
 __all__ = [
     "Containment",
@@ -103,9 +112,18 @@ B1 = npt.NDArray[np.bool_]
 _U = np.uint64
 _ALL = _U(0xFFFFFFFFFFFFFFFF)
 _SLACK = 1e-6  # absolute slack on every edit budget: rounding never loses a pair
-_LEN_CELL = 1.0  # length cell width, in units of log(1/t) (speed only, never correctness)
-_POS_CELL = 1.0  # position cell size, in units of the edit budget (speed only)
-_REFINE = True
+# Tuning knobs: they change speed and memory, never the result.
+_LEN_CELL = 1.0  # join length cells, in units of log(1/t)
+_POS_CELL = 2.0  # join position cells, in units of the edit budget
+_REFINE = True  # bottleneck pivots (else grid chunks only)
+_ELL = 1  # variants: pivots beyond kup (more pivots: stronger count filter, bigger join)
+_SEEN_BITS = 26  # bitmap that drops join entries the other side never has
+_LEVELS = 12.0  # rarity levels per doubling of a gram's estimated count
+_CONTAIN_ELL = 8  # containments: pivots beyond E (each candidate needs this many on a diagonal band)
+_BATCH = 20_000_000  # raw matches handled per batch (bounds memory)
+_BLOCK_CELLS = 4_000_000  # brute force: pairs scored per cdist call
+_PAIR_CHUNK = 100_000  # candidate pairs scored per cpdist call
+_FALLBACK = 20.0  # the join gives up when its raw matches exceed this many per length-band pair
 
 #: Counts and timings of the last fast-path call (diagnostics for benchmarks; not thread-safe).
 STATS: dict[str, float] = {}
@@ -120,11 +138,18 @@ def _stat(name: str, value: float | None = None) -> None:
         _clock[0] = now
 
 
+def _stats_reset() -> None:
+    STATS.clear()
+    _clock[0] = time.perf_counter()
+
+
 # ----------------------------------------------------------------------------- public API
 
 
 def normalise(text: str) -> str:
     """The form variants are compared in: NFKC, case-folded, whitespace collapsed and stripped."""
+    if text.isascii():  # NFKC leaves ASCII alone and casefold is lower
+        return " ".join(text.lower().split())
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
     return " ".join(folded.split())
 
@@ -169,17 +194,26 @@ def similar_pairs(texts: Sequence[str], threshold: float) -> list[SimilarPair]:
     return out
 
 
-def similar_pairs_exhaustive(texts: Sequence[str], threshold: float, *, workers: int = 1) -> list[SimilarPair]:
+def similar_pairs_exhaustive(
+    texts: Sequence[str], threshold: float, *, workers: int = 1
+) -> list[SimilarPair]:
     """The oracle: every pair scored by rapidfuzz ``process.cdist`` (same scorer and cutoff)."""
     t = _check_threshold(threshold)
     norm = [normalise(x) for x in texts]
     if t > 1.0 or len(norm) < 2:
         return []
     scores = process.cdist(
-        norm, norm, scorer=Levenshtein.normalized_similarity, score_cutoff=t, dtype=np.float64, workers=workers
+        norm,
+        norm,
+        scorer=Levenshtein.normalized_similarity,
+        score_cutoff=t,
+        dtype=np.float64,
+        workers=workers,
     )
     a, b = np.nonzero(np.triu(scores >= t, k=1))
-    return [SimilarPair(int(i), int(j), float(scores[i, j])) for i, j in zip(a.tolist(), b.tolist(), strict=True)]
+    return [
+        SimilarPair(int(i), int(j), float(scores[i, j])) for i, j in zip(a.tolist(), b.tolist(), strict=True)
+    ]
 
 
 def containments(
@@ -243,7 +277,11 @@ def containments_exhaustive(
             dtype=np.float64,
             workers=workers,
         )[0]
-        out.extend(Containment(o, i, float(s) / 100.0) for o, s in zip(outers, scores.tolist(), strict=True) if s >= cutoff)
+        out.extend(
+            Containment(o, i, float(s) / 100.0)
+            for o, s in zip(outers, scores.tolist(), strict=True)
+            if s >= cutoff
+        )
     out.sort(key=lambda c: (c.outer, c.inner))
     return out
 
@@ -323,16 +361,17 @@ def _choose_q(density: float) -> int:
 
 @dataclass
 class _Grams:
-    """Hashed q-grams of many texts laid end to end (one entry per character position)."""
+    """Hashed q-grams of many texts laid end to end: one entry per character position."""
 
     q: int
     lens: I64
-    offs: I64
-    h: U64  # gram hash starting at each position (garbage where ``valid`` is False)
-    text: I64  # text id of each position
-    pos: I64  # position inside its text
-    valid: B1  # the gram lies inside its text
-    key: U64  # global rarity order: estimated count << 24 | 24 hash bits
+    offs: I64  # text i occupies positions offs[i] .. offs[i + 1] - 1
+    h: U64  # hash of the gram starting at each position
+    key: U64  # global rarity order: level of the estimated count (8 bits), then hash bits; all ones where no gram fits
+
+    def text_of(self, index: I64) -> I64:
+        """Text of each global position (fast when ``index`` is sorted)."""
+        return np.searchsorted(self.offs, index, side="right").astype(np.int64) - 1
 
 
 def _grams(texts: Sequence[str], q: int) -> _Grams:
@@ -341,222 +380,295 @@ def _grams(texts: Sequence[str], q: int) -> _Grams:
     offs = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=offs[1:])
     total = int(offs[-1])
-    code = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.uint64)
-    code = np.concatenate([code, np.zeros(q, dtype=np.uint64)])
-    h = np.zeros(total, dtype=np.uint64)
-    for j in range(q):  # polynomial hash of code points, wrapping mod 2**64
+    code = np.zeros(total + q, dtype=np.uint64)
+    code[:total] = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    h = code[:total] * _U(0x9E3779B97F4A7C15)
+    for j in range(1, q):  # polynomial hash of code points, wrapping mod 2**64
         h *= _U(0x100000001B3)
         h += code[j : j + total]
-    h = _mix(h)
-    text = np.repeat(np.arange(n, dtype=np.int64), lens)
-    pos = np.arange(total, dtype=np.int64) - offs[text]
-    valid = pos <= lens[text] - q
-    # Rarity: occurrences of the gram's hash bucket, estimated on the whole input.
+    h ^= h >> _U(29)
+    h *= _U(0xBF58476D1CE4E5B9)
+    h ^= h >> _U(32)
+    # Rarity: occurrences of the gram's hash bucket among every fourth position.
     bucket = (h >> _U(42)).astype(np.int64)  # 22 bits
-    counts = np.bincount(bucket[valid], minlength=1 << 22)
-    est = np.minimum(counts[bucket], (1 << 24) - 1).astype(np.uint64)
-    key = (est << _U(24)) | (h & _U((1 << 24) - 1))
-    key[~valid] = _ALL
-    return _Grams(q, lens, offs, h, text, pos, valid, key)
-
-
-def _mix(z: U64) -> U64:
-    z = z ^ (z >> _U(33))
-    z = z * _U(0xFF51AFD7ED558CCD)
-    z = z ^ (z >> _U(33))
-    z = z * _U(0xC4CEB9FE1A85EC53)
-    return z ^ (z >> _U(33))
+    counts = np.bincount(bucket[::4], minlength=1 << 22)
+    levels = np.minimum(np.floor(_LEVELS * np.log2(counts + 1.0)), 254).astype(np.uint64)
+    key = (levels[bucket] << _U(56)) | (h >> _U(8))
+    # No gram starts in the last q - 1 characters of a text.
+    ends = np.maximum(offs[1:] - (q - 1), offs[:-1])
+    _, index = _expand(ends, offs[1:] - ends)
+    key[index] = _ALL
+    return _Grams(q, lens, offs, h, key)
 
 
 def _bits(x: int) -> int:
     return max(1, int(x).bit_length())
 
 
-def _pivots(g: _Grams, budget: I64, ell: int) -> tuple[I64, I64, U64, B1]:
-    """For every text: its ``budget + ell`` rarest grid chunks (fewer if it has fewer).
-
-    Returns (pivot gram indexes, pivots per text, largest pivot key per text, filterable
-    per text). A text is filterable when it has at least ``budget + 1`` chunks. Which
-    chunks are taken only affects speed: ``last`` is the largest key actually taken.
-    """
-    n = len(g.lens)
-    nchunks = np.where(g.lens >= g.q, g.lens // g.q, 0)
-    want = np.minimum(nchunks, budget + ell)
-    filterable = nchunks >= budget + 1
-    last = np.zeros(n, dtype=np.uint64)
-    idx = np.flatnonzero(g.valid & (g.pos % g.q == 0) & filterable[g.text])
-    if len(idx) == 0:
-        return idx, want, last, filterable
-    # One sort by (text, coarse key, chunk number), all packed into 64 bits.
-    tb, cb = _bits(n - 1), _bits(int(nchunks.max()))
-    kb = 64 - tb - cb
-    coarse = g.key[idx] >> _U(max(0, 48 - kb))
-    packed = np.sort(
-        (g.text[idx].astype(np.uint64) << _U(kb + cb)) | (coarse << _U(cb)) | (g.pos[idx] // g.q).astype(np.uint64)
-    )
-    text = (packed >> _U(kb + cb)).astype(np.int64)
-    idx = g.offs[text] + (packed & _U((1 << cb) - 1)).astype(np.int64) * g.q
-    start = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.where(filterable, nchunks, 0), out=start[1:])
-    take = np.arange(len(idx), dtype=np.int64) - start[text] < want[text]
-    piv = idx[take]
-    f = np.flatnonzero(filterable)
-    first = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.where(filterable, want, 0), out=first[1:])
-    last[f] = np.maximum.reduceat(g.key[piv], first[f])
-    return piv, want, last, filterable
-
-
-def _refine_pivots(g: _Grams, piv: I64, want: I64, last: U64, filterable: B1) -> tuple[I64, U64]:
-    """Rarer pivots: pairwise disjoint grams at any position, taken rarest first.
-
-    Among a text's grams with key ≤ its grid ``last`` (the grid chunks prove that ``want``
-    disjoint grams exist there), grams are taken in key order when they overlap no gram
-    taken before, until ``want`` are taken. Texts for which this falls short keep their
-    grid pivots. Runs in lock step over all texts (one numpy step per rank).
-    """
-    n, q = len(g.lens), g.q
-    maxlen = int(g.lens.max())
-    if n * (maxlen + q) > 200_000_000:  # the occupancy table would be too big: keep the grid
-        return piv, last
-    cand = np.flatnonzero(g.valid & filterable[g.text] & (g.key <= last[g.text]))
-    tb, pb = _bits(n - 1), _bits(maxlen)
-    kb = 64 - tb - pb
-    packed = np.sort(
-        (g.text[cand].astype(np.uint64) << _U(kb + pb))
-        | ((g.key[cand] >> _U(max(0, 48 - kb))) << _U(pb))
-        | g.pos[cand].astype(np.uint64)
-    )
-    text = (packed >> _U(kb + pb)).astype(np.int64)
-    pos = (packed & _U((1 << pb) - 1)).astype(np.int64)
-    del packed, cand
-    count = np.bincount(text, minlength=n)
-    start = np.zeros(n, dtype=np.int64)
-    start[1:] = np.cumsum(count)[:-1]
-    occupied = np.zeros((n, maxlen + q), dtype=np.bool_)
-    taken = np.zeros(n, dtype=np.int64)
-    picks: list[I64] = []
-    active = np.flatnonzero(filterable & (count > 0))
-    j = 0
-    while len(active):
-        row = start[active] + j
-        p = pos[row]
-        free = ~(occupied[active, p] | occupied[active, p + q - 1])
-        who, p = active[free], p[free]
-        for d in range(q):
-            occupied[who, p + d] = True
-        taken[who] += 1
-        picks.append(row[free])
-        j += 1
-        active = active[(taken[active] < want[active]) & (j < count[active])]
-    rows = np.concatenate(picks) if picks else np.zeros(0, dtype=np.int64)
-    done = filterable & (taken >= want)
-    rows = rows[done[text[rows]]]
-    new_piv = g.offs[text[rows]] + pos[rows]
-    new_last = last.copy()
-    new_last[done] = 0
-    np.maximum.at(new_last, text[rows], g.key[new_piv])
-    keep_grid = ~done[g.text[piv]]
-    return np.concatenate([new_piv, piv[keep_grid]]), new_last
-
-
 def _runs(sorted_keys: U64) -> tuple[I64, I64]:
     """Start index and length of each run of equal values in a sorted array."""
     if len(sorted_keys) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    starts = np.concatenate([[0], np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1]).astype(np.int64)
-    lengths = np.diff(np.concatenate([starts, [len(sorted_keys)]])).astype(np.int64)
-    return starts, lengths
+    starts = np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]]))
+    lengths = np.diff(np.append(starts, len(sorted_keys)))
+    return starts.astype(np.int64), lengths.astype(np.int64)
 
 
 def _expand(starts: I64, counts: I64) -> tuple[I64, I64]:
     """For ranges ``[starts[i], starts[i] + counts[i])``: (owner i, index) of every element."""
-    total = int(counts.sum())
+    counts = np.maximum(counts, 0)
     owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    first = np.cumsum(counts) - counts
-    index = np.arange(total, dtype=np.int64) - first[owner] + starts[owner]
-    return owner, index
+    shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+    return owner, np.arange(len(owner), dtype=np.int64) + shift
+
+
+def _pivots(g: _Grams, budget: I64, ell: int) -> tuple[I64, I64, U64, B1]:
+    """For every text: its ``budget + ell`` rarest grid chunks (fewer if it has fewer).
+
+    Returns (pivot positions, pivots per text, largest pivot key per text, filterable per
+    text). A text is filterable when it has at least ``budget + 1`` chunks. Which chunks
+    are taken only affects speed: ``last`` is the largest key actually taken.
+    """
+    n, q = len(g.lens), g.q
+    nchunks = np.where(g.lens >= q, g.lens // q, 0)
+    want = np.minimum(nchunks, budget + ell)
+    filterable = nchunks >= budget + 1
+    last = np.zeros(n, dtype=np.uint64)
+    counts = np.where(filterable, nchunks, 0)
+    text, index = _expand(np.zeros(n, dtype=np.int64), counts)  # index = chunk number
+    if len(text) == 0:
+        return text, want, last, filterable
+    # One sort by (text, coarse key, chunk number), all packed into 64 bits.
+    tb, cb = _bits(n - 1), _bits(int(nchunks.max()))
+    kb = 64 - tb - cb
+    pos = g.offs[text] + index * q
+    packed = np.sort(
+        (text.astype(np.uint64) << _U(kb + cb))
+        | ((g.key[pos] >> _U(64 - kb)) << _U(cb))
+        | index.astype(np.uint64)
+    )
+    text = (packed >> _U(kb + cb)).astype(np.int64)
+    pos = g.offs[text] + (packed & _U((1 << cb) - 1)).astype(np.int64) * q
+    start = np.cumsum(counts) - counts
+    take = np.arange(len(pos), dtype=np.int64) - start[text] < want[text]
+    piv = pos[take]
+    f = np.flatnonzero(filterable)
+    first = np.cumsum(want[f]) - want[f]
+    last[f] = np.maximum.reduceat(g.key[piv], first)
+    return np.sort(piv), want, last, filterable
+
+
+def _bottleneck_pivots(g: _Grams, piv: I64, want: I64, last: U64, filterable: B1) -> tuple[I64, U64]:
+    """Rarer pivots: ``want`` pairwise disjoint grams whose rarest-level bound is smallest.
+
+    Grams are binned into rarity levels (``_LEVELS`` per doubling of the estimated count).
+    For each text a binary search finds the lowest level at which the greedy left-to-right
+    scan (take a gram if it starts at least q after the last one taken: this maximises the
+    number of disjoint grams) still takes ``want`` grams; those are the pivots. All texts
+    are scanned in lock step, one numpy step per character position. Texts that do not
+    improve on their grid pivots keep them.
+    """
+    n, q = len(g.lens), g.q
+    maxlen = int(g.lens.max())
+    level = (g.key >> _U(56)).astype(np.uint8)  # 255 where no gram fits
+    grid_level = np.where(filterable, (last >> _U(56)).astype(np.int64), 254)
+    # Texts by decreasing length: at position p only the first ``alive[p]`` rows matter.
+    order = np.argsort(-g.lens, kind="stable")
+    lens_sorted = g.lens[order]
+    alive = np.searchsorted(-lens_sorted, -np.arange(maxlen), side="left")  # texts longer than p
+    table = np.full((n, maxlen), 255, dtype=np.uint8)
+    table[np.arange(maxlen) < g.lens[:, None]] = level
+    table = np.ascontiguousarray(table[order].T)  # row p: level of the gram at position p of every text
+    need = np.where(filterable, want, 1 << 30)[order].astype(np.int32)
+
+    def scan(bound: I64, record: bool) -> tuple[npt.NDArray[np.int32], list[I64]]:
+        b8 = np.minimum(np.maximum(bound, -1) + 1, 255).astype(np.uint8)[order]  # take level < b8
+        taken = np.zeros(n, dtype=np.int32)
+        free_at = np.zeros(n, dtype=np.int32)
+        take = np.zeros(n, dtype=np.bool_)
+        tmp = np.zeros(n, dtype=np.bool_)
+        picks: list[I64] = []
+        for p in range(maxlen):
+            m = int(alive[p])
+            t_, x_ = take[:m], tmp[:m]
+            np.less(table[p, :m], b8[:m], out=t_)
+            np.less_equal(free_at[:m], p, out=x_)
+            t_ &= x_
+            if record:  # the search only needs to know whether ``need`` is reached
+                np.less(taken[:m], need[:m], out=x_)
+                t_ &= x_
+                picks.append(order[np.flatnonzero(t_)])
+            taken[:m] += t_
+            np.copyto(free_at[:m], p + q, where=t_)
+        out = np.empty(n, dtype=np.int32)
+        out[order] = taken
+        return out, picks
+
+    lo = np.zeros(n, dtype=np.int64)
+    hi = grid_level.copy()
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            break
+        mid = np.where(open_, (lo + hi) // 2, -1)
+        taken, _ = scan(mid, record=False)
+        ok = taken >= want
+        hi = np.where(open_ & ok, mid, hi)
+        lo = np.where(open_ & ~ok, mid + 1, lo)
+    better = filterable & (hi < grid_level)
+    taken, picks = scan(np.where(better, hi, -1), record=True)
+    done = better & (taken >= want)
+    rows = [np.full(len(x), p, dtype=np.int64) for p, x in enumerate(picks)]
+    texts = np.concatenate(picks) if picks else np.zeros(0, dtype=np.int64)
+    pos = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    keep = done[texts]
+    new_piv = g.offs[texts[keep]] + pos[keep]
+    new_last = last.copy()
+    new_last[done] = 0
+    np.maximum.at(new_last, texts[keep], g.key[new_piv])
+    keep_grid = ~done[g.text_of(piv)]
+    return np.sort(np.concatenate([new_piv, piv[keep_grid]])), new_last
 
 
 # ----------------------------------------------------------------------------- variants
 
 
-def _similar_unique(texts: list[str], t: float, ell: int = 1) -> tuple[I64, I64, F64]:
+def _similar_unique(texts: list[str], t: float, ell: int = _ELL) -> tuple[I64, I64, F64]:
     """Pairs (u < v) of distinct normalised texts with similarity ≥ t, and their similarity."""
+    _stats_reset()
     n = len(texts)
     lens = np.fromiter((len(x) for x in texts), dtype=np.int64, count=n)
-    if t <= 0.0:
-        return _verify_similar(texts, *np.triu_indices(n, k=1), t)
+    if t <= 0.0:  # every pair qualifies
+        return _band_verify(texts, lens, np.ones(n, dtype=np.bool_), t)
     maxlen = int(lens.max())
     # Partner lengths allowed by the length filter: L - K(L) ≤ len (L the longer one).
-    cap = int(math.floor((maxlen + 1) / t)) + 2
+    cap = math.floor((maxlen + 1) / t) + 2
     ktab = _edit_budget(np.arange(cap + 1), t)
     lmax = np.minimum(np.floor((lens + _SLACK) / t * (1 + 1e-12)).astype(np.int64) + 1, cap)
     kup = ktab[lmax]
     q = _choose_q((1.0 - t) / t)
-    _stat("start")
     g = _grams(texts, q)
     _stat("grams_s")
     piv, want, last, filterable = _pivots(g, kup, ell)
-    if _REFINE:
-        piv, last = _refine_pivots(g, piv, want, last, filterable)
+    if _REFINE and len(piv) and n * maxlen <= 200_000_000 and q < 12:
+        piv, last = _bottleneck_pivots(g, piv, want, last, filterable)
     _stat("pivots_s")
     _stat("pivots", len(piv))
 
-    pairs: list[tuple[I64, I64]] = []
+    found: list[tuple[I64, I64, F64]] = []
+    brute = ~filterable
     if len(piv):
-        pairs.append(_pivot_join(g, piv, want, last, filterable, kup, lmax, ktab, t))
-    if not filterable.all():
-        pairs.append(_band_pairs(lens, ~filterable, ktab, t))
-    if not pairs:
+        cand = _pivot_join(g, piv, want, last, filterable, kup, lmax, ktab, t)
+        del g
+        if cand is None:  # the filter would cost more than comparing the length band: do that
+            brute = np.ones(n, dtype=np.bool_)
+        else:
+            a, b = cand
+            packed = np.unique(
+                (np.minimum(a, b).astype(np.uint64) << _U(32)) | np.maximum(a, b).astype(np.uint64)
+            )
+            _stat("candidates", len(packed))
+            _stat("count_s")
+            found.append(
+                _verify_similar(
+                    texts, (packed >> _U(32)).astype(np.int64), (packed & _U(0xFFFFFFFF)).astype(np.int64), t
+                )
+            )
+            _stat("verify_s")
+    if brute.any():
+        _stat("brute_force_texts", int(brute.sum()))
+        found.append(_band_verify(texts, lens, brute, t))
+        _stat("brute_force_s")
+    if not found:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
-    a = np.concatenate([p[0] for p in pairs])
-    b = np.concatenate([p[1] for p in pairs])
-    packed = np.unique((np.minimum(a, b).astype(np.uint64) << _U(32)) | np.maximum(a, b).astype(np.uint64))
-    _stat("candidates", len(packed))
-    _stat("count_s")
-    out = _verify_similar(texts, (packed >> _U(32)).astype(np.int64), (packed & _U(0xFFFFFFFF)).astype(np.int64), t)
-    _stat("verify_s")
+    return (
+        np.concatenate([f[0] for f in found]),
+        np.concatenate([f[1] for f in found]),
+        np.concatenate([f[2] for f in found]),
+    )
+
+
+def _pairwise(scorer: Any, texts: list[str], a: I64, b: I64, dtype: Any, **kwargs: Any) -> npt.NDArray[Any]:
+    """``process.cpdist`` over pairs (texts[a[k]], texts[b[k]]), in chunks (rapidfuzz copies the strings)."""
+    out = np.zeros(len(a), dtype=dtype)
+    for k in range(0, len(a), _PAIR_CHUNK):
+        out[k : k + _PAIR_CHUNK] = process.cpdist(
+            [texts[i] for i in a[k : k + _PAIR_CHUNK].tolist()],
+            [texts[j] for j in b[k : k + _PAIR_CHUNK].tolist()],
+            scorer=scorer,
+            dtype=dtype,
+            **kwargs,
+        )
     return out
 
 
 def _verify_similar(texts: list[str], a: I64, b: I64, t: float) -> tuple[I64, I64, F64]:
-    if len(a) == 0:
-        return a, b, np.zeros(0, dtype=np.float64)
-    sims = process.cpdist(
-        [texts[i] for i in a.tolist()],
-        [texts[j] for j in b.tolist()],
-        scorer=Levenshtein.normalized_similarity,
-        score_cutoff=t,
-        dtype=np.float64,
-    )
+    sims = _pairwise(Levenshtein.normalized_similarity, texts, a, b, np.float64, score_cutoff=t)
     keep = sims >= t
     return a[keep], b[keep], sims[keep]
 
 
-def _band_pairs(lens: I64, who: B1, ktab: I64, t: float) -> tuple[I64, I64]:
-    """Every pair with at least one text in ``who`` that passes the length filter."""
+def _band_verify(texts: list[str], lens: I64, who: B1, t: float) -> tuple[I64, I64, F64]:
+    """Brute force: every pair with a text in ``who`` that passes the length filter, by cdist blocks.
+
+    Texts are sorted by length; each block of rows is compared with the contiguous range of
+    texts its length filter allows. Each pair is reported once (a < b).
+    """
+    n = len(texts)
     order = np.argsort(lens, kind="stable")
     sl = lens[order]
-    u = np.flatnonzero(who)
-    lo = np.searchsorted(sl, np.floor(lens[u] * t * (1 - 1e-12) - 1).astype(np.int64), side="left")
-    hi = np.searchsorted(sl, np.floor((lens[u] + 1) / t * (1 + 1e-12)).astype(np.int64) + 1, side="right")
-    owner, index = _expand(lo.astype(np.int64), (hi - lo).astype(np.int64))
-    a = u[owner]
-    b = order[index]
-    longer = np.maximum(lens[a], lens[b])
-    keep = (a != b) & (np.abs(lens[a] - lens[b]) <= ktab[np.minimum(longer, len(ktab) - 1)])
-    return a[keep], b[keep]
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    rows = np.sort(rank[np.flatnonzero(who)])  # ranks of the texts in ``who``
+    if t > 0:
+        lo = np.searchsorted(sl, np.floor(sl[rows] * t * (1 - 1e-12) - 1).astype(np.int64), side="left")
+        hi = np.searchsorted(
+            sl, np.floor((sl[rows] + 1) / t * (1 + 1e-12)).astype(np.int64) + 1, side="right"
+        )
+    else:
+        lo, hi = np.zeros(len(rows), dtype=np.int64), np.full(len(rows), n, dtype=np.int64)
+    in_who = np.zeros(n, dtype=np.bool_)
+    in_who[rows] = True
+    out_a: list[I64] = []
+    out_b: list[I64] = []
+    out_s: list[F64] = []
+    step = max(1, _BLOCK_CELLS // max(1, int((hi - lo).max(initial=1))))
+    for k in range(0, len(rows), step):
+        r = rows[k : k + step]
+        c0, c1 = int(lo[k : k + step].min()), int(hi[k : k + step].max())
+        scores = process.cdist(
+            [texts[i] for i in order[r].tolist()],
+            [texts[j] for j in order[c0:c1].tolist()],
+            scorer=Levenshtein.normalized_similarity,
+            score_cutoff=t,
+            dtype=np.float64,
+        )
+        ri, cj = np.nonzero(scores >= t)
+        x, y = r[ri], cj + c0
+        keep = (x != y) & (~in_who[y] | (x < y))  # a pair of two rows is kept once
+        x, y, sc = order[x[keep]], order[y[keep]], scores[ri[keep], cj[keep]]
+        out_a.append(np.minimum(x, y))
+        out_b.append(np.maximum(x, y))
+        out_s.append(sc)
+    if not out_a:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
+    return np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s)
 
 
 def _pivot_join(
     g: _Grams, piv: I64, want: I64, last: U64, filterable: B1, kup: I64, lmax: I64, ktab: I64, t: float
-) -> tuple[I64, I64]:
-    """Candidate pairs among filterable texts (see the module docstring, steps 2-3)."""
+) -> tuple[I64, I64] | None:
+    """Candidate pairs among filterable texts (see the module docstring, steps 2-3).
+
+    None when the join would produce more raw matches than ``_FALLBACK`` times the number
+    of pairs the length filter lets through (low thresholds): brute force is cheaper then.
+    """
     n = len(g.lens)
     lens = g.lens
     maxlen = int(lens.max())
-    pre = np.flatnonzero(g.valid & filterable[g.text] & (g.key <= last[g.text]))
+    pre = np.flatnonzero(g.key <= np.repeat(np.where(filterable, last, 0), lens))
+    rt = g.text_of(pre)
+    rp = pre - g.offs[rt]
 
     # Cells: log-length cells and position cells; a pivot enters every cell a partner can be in.
     width = _LEN_CELL * math.log(1.0 / t)
@@ -575,107 +687,129 @@ def _pivot_join(
     last_rank = np.searchsorted(np.unique(last), last).astype(np.int64)
     lastq = (last_rank * (1 << lq) // max(1, int(last_rank.max()) + 1)).astype(np.uint64)
     low = 64 - jb
+    c1, c2 = _U(0x9E3779B97F4A7C15), _U(0xC2B2AE3D27D4EB4F)
 
-    def join_key(gram: U64, lc: I64, pc: I64) -> U64:
-        return (gram + lc.astype(np.uint64) * _U(0x9E3779B97F4A7C15) + pc.astype(np.uint64) * _U(0xC2B2AE3D27D4EB4F)) >> _U(low)
-
-    def payload(who: I64, where: I64, role: int) -> U64:
-        return (
-            (lastq[who] << _U(1 + tb + pb))
-            | _U(role << (tb + pb))
-            | (who.astype(np.uint64) << _U(pb))
-            | (where >> pshift).astype(np.uint64)
-        )
-
-    rt = g.text[pre]
     rl = lcell[rt]
-    pre_jk = join_key(g.h[pre], rl, g.pos[pre] // bsize[rl])
-    st, sp = g.text[piv], g.pos[piv]
-    sh = g.h[piv]
+    pre_jk = (g.h[pre] + rl.astype(np.uint64) * c1 + (rp // bsize[rl]).astype(np.uint64) * c2) >> _U(low)
+    # Pivot replicas: one per (length cell, position cell) a partner's copy can fall in.
+    st = g.text_of(piv)
+    sp = piv - g.offs[st]
     k = kup[st]
     c_lo = np.floor(np.log(np.maximum(lens[st] - k, 1)) / width).astype(np.int64)
     c_hi = np.floor(np.log(np.maximum(lmax[st], 1)) / width).astype(np.int64)
-    rep_jk: list[U64] = []
-    rep_of: list[I64] = []
-    for dc in range(int((c_hi - c_lo).max()) + 1):
-        c = np.minimum(c_lo + dc, ncell)
-        ok_c = c_lo + dc <= c_hi
-        b = bsize[c]
-        p_lo = np.maximum(sp - k, 0) // b
-        p_hi = (sp + k) // b
-        for dp in range(int((p_hi - p_lo)[ok_c].max(initial=0)) + 1):
-            sel = np.flatnonzero(ok_c & (p_lo + dp <= p_hi))
-            rep_jk.append(join_key(sh[sel], c[sel], p_lo[sel] + dp))
-            rep_of.append(sel)
-    piv_jk = np.concatenate(rep_jk)
-    piv_of = np.concatenate(rep_of)
-    del rep_jk, rep_of
+    pc_of, c = _expand(c_lo, c_hi - c_lo + 1)  # (pivot, length cell)
+    b = bsize[c]
+    p_lo = np.maximum(sp[pc_of] - k[pc_of], 0) // b
+    p_hi = (sp[pc_of] + k[pc_of]) // b
+    rep, cell = _expand(p_lo, p_hi - p_lo + 1)  # (pivot x length cell, position cell)
+    piv_of = pc_of[rep]
+    piv_jk = (g.h[piv[piv_of]] + c[rep].astype(np.uint64) * c1 + cell.astype(np.uint64) * c2) >> _U(low)
+    del pc_of, c, b, p_lo, p_hi, rep, cell
     _stat("prefix_all", len(pre))
     _stat("pivot_entries_all", len(piv_jk))
     _stat("replicas_s")
     # Drop entries whose join key the other side never has (a bitmap on the key's top bits).
-    tbits = min(jb, 26)
+    tbits = min(jb, _SEEN_BITS)
     seen = np.zeros(1 << tbits, dtype=np.bool_)
     seen[(piv_jk >> _U(jb - tbits)).astype(np.int64)] = True
     keep = seen[(pre_jk >> _U(jb - tbits)).astype(np.int64)]
-    pre, pre_jk, rt = pre[keep], pre_jk[keep], rt[keep]
+    rt, rp, pre_jk = rt[keep], rp[keep], pre_jk[keep]
     seen[:] = False
     seen[(pre_jk >> _U(jb - tbits)).astype(np.int64)] = True
     keep = seen[(piv_jk >> _U(jb - tbits)).astype(np.int64)]
     piv_jk, piv_of = piv_jk[keep], piv_of[keep]
     del seen, keep
-    _stat("prefix", len(pre))
+    _stat("prefix", len(rt))
     _stat("pivot_entries", len(piv_jk))
     _stat("entries_s")
+    role = _U(1 << (tb + pb))
     packed = np.concatenate(
         [
-            (pre_jk << _U(low)) | payload(rt, g.pos[pre], 1),
-            (piv_jk << _U(low)) | payload(st[piv_of], sp[piv_of], 0),
+            (pre_jk << _U(low))
+            | (lastq[rt] << _U(1 + tb + pb))
+            | role
+            | (rt.astype(np.uint64) << _U(pb))
+            | (rp >> pshift).astype(np.uint64),
+            (piv_jk << _U(low))
+            | (lastq[st[piv_of]] << _U(1 + tb + pb))
+            | (st[piv_of].astype(np.uint64) << _U(pb))
+            | (sp[piv_of] >> pshift).astype(np.uint64),
         ]
     )
-    del pre_jk, piv_jk
+    del pre_jk, piv_jk, rt, rp
     packed.sort()
     _stat("sort_s")
 
     # For each pivot entry: the prefix entries after it in its join-key group (same gram and
     # cells, last rank at least its own) are its partners.
-    pv = np.flatnonzero((packed & _U(1 << (tb + pb))) == 0)
-    group_end = np.searchsorted(packed, ((packed[pv] >> _U(low)) + _U(1)) << _U(low), side="left")
-    group_end[(packed[pv] >> _U(low)) == (_ALL >> _U(low))] = len(packed)  # the top key cannot be incremented
+    is_pre = (packed & role) != 0
+    pv = np.flatnonzero(~is_pre)
+    jk = packed[pv] >> _U(low)
+    top = jk == (_ALL >> _U(low))  # the largest key cannot be incremented
+    group_end = np.searchsorted(packed, (jk + _U(1)) << _U(low), side="left")
+    group_end[top] = len(packed)
     lo = pv - np.arange(len(pv), dtype=np.int64)  # prefix entries before each pivot entry
     cnt = group_end - np.searchsorted(pv, group_end) - lo
-    keep = cnt > 0
-    pv, lo, cnt = pv[keep], lo[keep], cnt[keep]
+    keep2 = cnt > 0
+    lo, cnt = lo[keep2], cnt[keep2]
     mask = _U((1 << (tb + pb)) - 1)
-    pre_payload = packed[(packed & _U(1 << (tb + pb))) != 0] & mask
-    spay = packed[pv] & mask
-    del packed
-    _stat("raw", int(cnt.sum()))
+    spay = packed[pv[keep2]] & mask
+    rpay = packed[is_pre] & mask
+    del packed, is_pre, pv, jk, group_end
+    raw = int(cnt.sum())
+    _stat("raw", raw)
     _stat("groups_s")
-    owner, index = _expand(lo, cnt)
-    spay = spay[owner]
-    rpay = pre_payload[index]
-    del owner, index, pre_payload
-    s = (spay >> _U(pb)).astype(np.int64)
-    r = (rpay >> _U(pb)).astype(np.int64)
-    gap = np.abs((spay & _U((1 << pb) - 1)).astype(np.int64) - (rpay & _U((1 << pb) - 1)).astype(np.int64))
-    del spay, rpay
+    if raw == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    batches = np.searchsorted(np.cumsum(cnt), np.arange(1, raw // _BATCH + 1) * _BATCH)
+    edges = np.unique(np.concatenate([[0], batches, [len(cnt)]]))
+    if raw > _FALLBACK * _band_pair_count(lens, ktab, t) or (len(edges) > 2 and n >= 1 << 24):
+        return None
+    # Count surviving pivots per (pivot text, prefix text), batch by batch (bounded memory).
+    counted: list[U64] = []
+    for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        owner, index = _expand(lo[a:b], cnt[a:b])
+        sp_ = spay[a:b][owner]
+        rp_ = rpay[index]
+        del owner, index
+        s = (sp_ >> _U(pb)).astype(np.int64)
+        # Exact position filter (the pivot text's kup bounds every partner's K).
+        gap = np.abs((sp_ & _U((1 << pb) - 1)).astype(np.int64) - (rp_ & _U((1 << pb) - 1)).astype(np.int64))
+        ok = gap <= (kup[s] >> pshift) + (1 if pshift else 0)
+        pk: U64 = np.sort((s[ok].astype(np.uint64) << _U(32)) | (rp_[ok] >> _U(pb)))
+        del sp_, rp_, s, gap, ok
+        st2, cnt2 = _runs(pk)
+        if len(edges) == 2:
+            counted.append(pk[st2])
+            counts = cnt2
+        else:  # pair (24 + 24 bits) and a 16-bit count in one word, merged after the loop
+            up = pk[st2]
+            pair: U64 = np.bitwise_or((up >> _U(32)) << _U(40), (up & _U(0xFFFFFFFF)) << _U(16))
+            counted.append(np.bitwise_or(pair, np.minimum(cnt2, 0xFFFF).astype(np.uint64)))
+    if len(edges) > 2:
+        merged = np.sort(np.concatenate(counted)) if counted else np.zeros(0, dtype=np.uint64)
+        st2, _ = _runs(merged >> _U(16))
+        counts = np.add.reduceat((merged & _U(0xFFFF)).astype(np.int64), st2) if len(st2) else st2
+        up = merged[st2] >> _U(16)
+        s = (up >> _U(24)).astype(np.int64)
+        r = (up & _U((1 << 24) - 1)).astype(np.int64)
+    else:
+        up = counted[0] if counted else np.zeros(0, dtype=np.uint64)
+        s = (up >> _U(32)).astype(np.int64)
+        r = (up & _U(0xFFFFFFFF)).astype(np.int64)
+    _stat("kept_pairs", len(s))
+    _stat("raw_s")
     ls, lr = lens[s], lens[r]
     kk = ktab[np.maximum(ls, lr)]
-    ok = (np.abs(ls - lr) <= kk) & (gap <= (kk >> pshift) + (1 if pshift else 0)) & (s != r)
-    ok &= last[s] <= last[r]
-    s, r = s[ok], r[ok]
-    _stat("kept", len(s))
-    _stat("raw_s")
-    # Count surviving pivots per (pivot text, prefix text): at least want - K.
-    pk = np.sort((s.astype(np.uint64) << _U(32)) | r.astype(np.uint64))
-    st2, cnt2 = _runs(pk)
-    up = pk[st2]
-    s = (up >> _U(32)).astype(np.int64)
-    r = (up & _U(0xFFFFFFFF)).astype(np.int64)
-    need = want[s] - ktab[np.maximum(lens[s], lens[r])]
-    ok = cnt2 >= need
+    ok = (counts >= want[s] - kk) & (s != r) & (np.abs(ls - lr) <= kk) & (last[s] <= last[r])
     return s[ok], r[ok]
+
+
+def _band_pair_count(lens: I64, ktab: I64, t: float) -> int:
+    """How many pairs the length filter lets through (what brute force would score)."""
+    sl = np.sort(lens)
+    hi = np.searchsorted(sl, np.floor((sl + 1) / t * (1 + 1e-12)).astype(np.int64) + 1, side="right")
+    return int((hi - np.arange(len(sl)) - 1).clip(min=0).sum())
 
 
 # ----------------------------------------------------------------------------- containments
@@ -687,16 +821,21 @@ def _contained_unique(texts: list[str], t: float, ratio: float, min_inner: int) 
     lens = np.fromiter((len(x) for x in texts), dtype=np.int64, count=n)
     longest = int(lens.max())
     inner_ok = (lens >= min_inner) & (lens <= ratio * longest)
+    none = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
     if not inner_ok.any():
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
+        return none
     events = np.floor(2.0 * lens * (1.0 - t) * (1.0 + 1e-12) + _SLACK).astype(np.int64)
     cands: list[tuple[I64, I64]] = []
+    _stats_reset()
     if t > 0.0:
         q = _choose_q(2.0 * (1.0 - t))
         g = _grams(texts, q)
         budget = np.where(inner_ok, events, np.iinfo(np.int64).max // 4)
-        piv, want, _last, filterable = _pivots(g, budget, 1)
-        filterable &= inner_ok
+        piv, want, last, filterable = _pivots(g, budget, _CONTAIN_ELL)
+        if _REFINE and len(piv) and n * longest <= 200_000_000:
+            piv, last = _bottleneck_pivots(g, piv, want, last, filterable)
+        _stat("pivots", len(piv))
+        _stat("pivots_s")
         if len(piv):
             cands.append(_diagonal_join(g, piv, want, events, ratio))
         brute = inner_ok & ~filterable
@@ -707,18 +846,35 @@ def _contained_unique(texts: list[str], t: float, ratio: float, min_inner: int) 
     if ratio >= 1.0:  # equal lengths: partial_ratio may align either text inside the other
         cands.append(_equal_length_pairs(lens, inner_ok))
     if not cands:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
+        return none
     o = np.concatenate([c[0] for c in cands])
     i = np.concatenate([c[1] for c in cands])
     packed = np.unique((o.astype(np.uint64) << _U(32)) | i.astype(np.uint64))
     o = (packed >> _U(32)).astype(np.int64)
     i = (packed & _U(0xFFFFFFFF)).astype(np.int64)
+    _stat("candidates", len(o))
+    _stat("join_s")
+    if len(o) == 0:
+        return none
+    if t > 0.0:
+        # partial_ratio / 100 = 2·LCS(I, W) / (m + |W|) for a window W of O, which is at most
+        # 2·L / (m + L) with L = LCS(I, O): a cheap exact upper bound.
+        lcs = _pairwise(LCSseq.similarity, texts, i, o, np.int64)
+        m = lens[i]
+        ok = 2.0 * lcs >= (t - 1e-9) * (m + lcs)
+        o, i = o[ok], i[ok]
+    _stat("lcs_survivors", len(o))
+    _stat("lcs_s")
     cutoff = 100.0 * t
     scores = np.array(
-        [fuzz.partial_ratio(texts[b], texts[a], score_cutoff=cutoff) for a, b in zip(o.tolist(), i.tolist(), strict=True)],
+        [
+            fuzz.partial_ratio(texts[b], texts[a], score_cutoff=cutoff)
+            for a, b in zip(o.tolist(), i.tolist(), strict=True)
+        ],
         dtype=np.float64,
     )
     keep = scores >= cutoff
+    _stat("verify_s")
     return o[keep], i[keep], scores[keep] / 100.0
 
 
@@ -749,75 +905,94 @@ def _equal_length_pairs(lens: I64, who: B1) -> tuple[I64, I64]:
 
 
 def _diagonal_join(g: _Grams, piv: I64, want: I64, events: I64, ratio: float) -> tuple[I64, I64]:
-    """(outer, inner) candidates: enough pivots of the inner on two adjacent diagonals of the outer."""
+    """(outer, inner) candidates: enough pivots of the inner on two adjacent diagonals of the outer.
+
+    The outer side (every gram of a long enough text whose hash some pivot has) is sorted
+    once by (gram, text length); each pivot's partners are then the range of that gram
+    with length at least the inner's minimum outer length. Inner texts are processed in
+    batches so that memory stays bounded.
+    """
     n = len(g.lens)
     lens = g.lens
     maxlen = int(lens.max())
-    it, ip = g.text[piv], g.pos[piv]
-    min_outer = np.floor(lens[it] / ratio * (1 - 1e-12)).astype(np.int64) - 1
-    # Outer side: every gram of a text long enough to hold some inner, whose hash is a pivot's.
+    it = g.text_of(piv)
+    ip = piv - g.offs[it]
+    min_outer = np.maximum(np.floor(lens[it] / ratio * (1 - 1e-12)).astype(np.int64) - 1, 0)
     table_bits = 24
     seen = np.zeros(1 << table_bits, dtype=np.bool_)
     seen[(g.h[piv] >> _U(64 - table_bits)).astype(np.int64)] = True
-    long_enough = lens >= int(min_outer.min())
-    out = np.flatnonzero(g.valid & long_enough[g.text] & seen[(g.h >> _U(64 - table_bits)).astype(np.int64)])
-
-    tb, lb = _bits(n - 1), _bits(maxlen)
-    pb = _bits(maxlen)
-    jb = 64 - lb - 1 - tb - pb
-    if jb < 20:
+    long_enough = np.repeat(lens >= int(min_outer.min()), lens)
+    out = np.flatnonzero((g.key != _ALL) & long_enough & seen[(g.h >> _U(64 - table_bits)).astype(np.int64)])
+    del seen, long_enough
+    tb, lb, pb = _bits(n - 1), _bits(maxlen), _bits(maxlen)
+    jb = 64 - lb - tb - pb
+    if jb < 16:
         raise ValueError("too many texts for one containment join")  # pragma: no cover
-
-    def entry(gram: U64, length: I64, who: I64, where: I64, role: int) -> U64:
-        jk = _mix(gram) >> _U(64 - jb)
-        return (
-            (jk << _U(64 - jb))
-            | (np.clip(length, 0, (1 << lb) - 1).astype(np.uint64) << _U(1 + tb + pb))
-            | _U(role << (tb + pb))
-            | (who.astype(np.uint64) << _U(pb))
-            | where.astype(np.uint64)
-        )
-
-    ot, op = g.text[out], g.pos[out]
-    packed = np.concatenate([entry(g.h[out], lens[ot], ot, op, 1), entry(g.h[piv], min_outer, it, ip, 0)])
-    packed.sort()
-    is_out = ((packed >> _U(tb + pb)) & _U(1)).astype(np.int64)
-    before = np.zeros(len(packed) + 1, dtype=np.int64)
-    np.cumsum(is_out, out=before[1:])
-    starts, runlen = _runs(packed >> _U(64 - jb))
-    group_end = np.repeat(starts + runlen, runlen)
-    pv = np.flatnonzero(is_out == 0)
-    lo = before[pv]
-    cnt = before[group_end[pv]] - lo
-    keep = cnt > 0
-    pv, lo, cnt = pv[keep], lo[keep], cnt[keep]
-    payload_mask = _U((1 << (tb + pb)) - 1)
-    out_payload = packed[is_out.astype(bool)] & payload_mask
-    owner, index = _expand(lo, cnt)
-    ipay = (packed[pv] & payload_mask)[owner]
-    i = (ipay >> _U(pb)).astype(np.int64)
-    pi = (ipay & _U((1 << pb) - 1)).astype(np.int64)
-    opay = out_payload[index]
-    o = (opay >> _U(pb)).astype(np.int64)
-    po = (opay & _U((1 << pb) - 1)).astype(np.int64)
-    del owner, index, ipay, opay
-    ok = (o != i) & (lens[i] <= ratio * lens[o])
-    i, o, diag = i[ok], o[ok], (po - pi + maxlen)[ok]
-    bucket = diag // (events[i] + 1)
+    low = 64 - jb
+    ot = g.text_of(out)
+    okeys = np.sort(
+        ((g.h[out] >> _U(low)) << _U(low))
+        | (lens[ot].astype(np.uint64) << _U(tb + pb))
+        | (ot.astype(np.uint64) << _U(pb))
+        | (out - g.offs[ot]).astype(np.uint64)
+    )
+    del out, ot
+    pjk = g.h[piv] >> _U(low)
+    qlo = (pjk << _U(low)) | (np.minimum(min_outer, (1 << lb) - 1).astype(np.uint64) << _U(tb + pb))
+    order = np.argsort(qlo, kind="stable")
+    lo = np.empty(len(piv), dtype=np.int64)
+    hi = np.empty(len(piv), dtype=np.int64)
+    lo[order] = np.searchsorted(okeys, qlo[order], side="left")
+    top = pjk == (_ALL >> _U(low))
+    nxt = np.where(top, _U(0), (pjk + _U(1)) << _U(low))
+    order = np.argsort(nxt, kind="stable")
+    hi[order] = np.searchsorted(okeys, nxt[order], side="left")
+    hi[top] = len(okeys)
+    cnt = np.maximum(hi - lo, 0)
+    _stat("outer_entries", len(okeys))
+    _stat("raw", int(cnt.sum()))
+    _stat("index_s")
+    # Batches of whole inner texts (pivots are sorted by position, so by text).
+    per_text = np.bincount(it, weights=cnt, minlength=n)
+    bounds = np.searchsorted(np.cumsum(per_text), np.arange(1, int(per_text.sum() // _BATCH) + 2) * _BATCH)
+    text_edges = np.unique(np.concatenate([[0], np.minimum(bounds + 1, n), [n]]))
+    piv_edges = np.searchsorted(it, text_edges, side="left")
     db = _bits(2 * maxlen + 1)
     if 2 * tb + db > 64:
         raise ValueError("too many texts for one containment join")  # pragma: no cover
-    pk = np.sort((i.astype(np.uint64) << _U(tb + db)) | (o.astype(np.uint64) << _U(db)) | bucket.astype(np.uint64))
-    st, cnt2 = _runs(pk)
-    key = pk[st]
-    pair = key >> _U(db)
-    b = (key & _U((1 << db) - 1)).astype(np.int64)
-    nxt_same = np.zeros(len(key), dtype=np.bool_)
-    nxt_same[:-1] = (pair[1:] == pair[:-1]) & (b[1:] == b[:-1] + 1)
-    both = cnt2 + np.where(nxt_same, np.concatenate([cnt2[1:], [0]]), 0)
-    i = (pair >> _U(tb)).astype(np.int64)
-    o = (pair & _U((1 << tb) - 1)).astype(np.int64)
-    ok = both >= want[i] - events[i]
-    del n
-    return o[ok], i[ok]
-
+    pmask = _U((1 << pb) - 1)
+    found_o: list[I64] = []
+    found_i: list[I64] = []
+    for a, b in zip(piv_edges[:-1].tolist(), piv_edges[1:].tolist(), strict=True):
+        if a == b:
+            continue
+        owner, index = _expand(lo[a:b], cnt[a:b])
+        owner += a
+        opay = okeys[index]
+        del index
+        o = ((opay >> _U(pb)) & _U((1 << tb) - 1)).astype(np.int64)
+        i = it[owner]
+        ok = (o != i) & (lens[i] <= ratio * lens[o])
+        diag = (opay & pmask).astype(np.int64)[ok] - ip[owner[ok]] + maxlen
+        i, o = i[ok], o[ok]
+        del owner, opay, ok
+        bucket = diag // (events[i] + 1)
+        pk = np.sort(
+            (i.astype(np.uint64) << _U(tb + db)) | (o.astype(np.uint64) << _U(db)) | bucket.astype(np.uint64)
+        )
+        del i, o, diag, bucket
+        st, c = _runs(pk)
+        key = pk[st]
+        pair = key >> _U(db)
+        bk = (key & _U((1 << db) - 1)).astype(np.int64)
+        adjacent = np.zeros(len(key), dtype=np.bool_)
+        adjacent[:-1] = (pair[1:] == pair[:-1]) & (bk[1:] == bk[:-1] + 1)
+        both = c + np.where(adjacent, np.append(c[1:], 0), 0)
+        i = (pair >> _U(tb)).astype(np.int64)
+        o = (pair & _U((1 << tb) - 1)).astype(np.int64)
+        ok = both >= want[i] - events[i]
+        found_o.append(o[ok])
+        found_i.append(i[ok])
+    if not found_o:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(found_o), np.concatenate(found_i)

@@ -1,0 +1,372 @@
+"""Benchmark: variant and containment detection against the exhaustive rapidfuzz comparison.
+
+    .venv/bin/python bench/bench_dedup.py [--n 20000] [--threshold 0.9]
+
+Corpus (deterministic, ``--seed``): every ``<p>`` of the shared sample articles, reviews
+and HTML pages is split into sentences; passages of 50-150 words are built by
+concatenating runs of 1-3 consecutive sentences taken from different paragraphs, until
+``--n`` distinct passages exist. Planted into it (replacing base passages, so the total
+stays ``--n``):
+
+* ``--groups`` variant groups: a base passage plus 1-3 variants, each made with one or
+  two of: 1-3 character typos, whitespace changes, case changes, a truncated end (3-8 %);
+* ``--planted-containments`` outer passages: prefix sentences + a base passage (exact, or
+  with 1-2 typos) + suffix sentences, the base passage staying in the corpus.
+
+Passages reuse the ~2,000 sample paragraphs' sentences about 17 times each, so unrelated
+passages often share a sentence: harder for any filter than a real corpus.
+
+In one process it times
+
+* ours, :func:`tasks.text.variants.similar_pairs` (normalisation included), against the
+  **peer**: rapidfuzz ``process.cdist(norm, norm, scorer=Levenshtein.normalized_similarity,
+  score_cutoff=threshold, workers=1)`` on the same normalised passages (one list object
+  for queries and choices, so rapidfuzz computes each pair once); ``--all-cores`` also
+  times it with ``workers=-1``. Recall and precision are ours against the peer's pairs.
+* ours, :func:`tasks.text.variants.containments` on all passages, and the exhaustive
+  oracle (``fuzz.partial_ratio`` on every length-eligible pair) on a fixed random subset
+  of ``--oracle-subset`` passages (plus some planted pairs): the oracle takes milliseconds
+  per pair, far too long for all passages; its full-size time is extrapolated (pairs
+  grow with n²) and labelled so. Recall/precision compare ours (full run, restricted to
+  the subset) with the oracle on the subset.
+
+Results go to ``bench/results/dedup.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import re
+import string
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+from lxml import etree, html
+from rapidfuzz import __version__ as rapidfuzz_version
+from rapidfuzz import process
+from rapidfuzz.distance import Levenshtein
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(REPO))
+
+from tasks.text import variants  # noqa: E402
+from tasks.text.variants import (  # noqa: E402
+    Containment,
+    clusters,
+    containments,
+    containments_exhaustive,
+    normalise,
+    similar_pairs,
+)
+
+SAMPLES = REPO.parent / "shared" / "samples"
+RESULTS = REPO / "bench" / "results" / "dedup.json"
+SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
+T = TypeVar("T")
+
+
+def sample_paragraphs(samples: Path = SAMPLES) -> list[str]:
+    """Every non-empty <p> (whitespace collapsed) of the JATS articles/reviews and HTML pages."""
+    out: list[str] = []
+    for sub in ("articles", "reviews"):
+        for path in sorted((samples / sub).glob("*.*xml")):
+            parser = etree.XMLParser(recover=True, resolve_entities=False, no_network=True)
+            root = etree.parse(str(path), parser).getroot()
+            for el in root.iter():
+                if isinstance(el.tag, str) and etree.QName(el).localname == "p":
+                    text = " ".join("".join(el.itertext()).split())
+                    if text:
+                        out.append(text)
+    for path in sorted((samples / "html").glob("*.html")):
+        root = html.document_fromstring(path.read_bytes(), parser=html.HTMLParser(encoding="utf-8"))
+        out.extend(t for p in root.iter("p") if (t := " ".join(p.text_content().split())))
+    return out
+
+
+def build_passages(paragraphs: Sequence[str], n: int, rng: random.Random) -> list[str]:
+    """``n`` distinct passages of 50-150 words: runs of sentences from different paragraphs."""
+    pools = [s for p in paragraphs if (s := [x for x in SENTENCE.split(p) if len(x.split()) >= 3])]
+    out: list[str] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        target, words, parts = rng.randint(50, 150), 0, []
+        while words < target:
+            pool = rng.choice(pools)
+            i = rng.randrange(len(pool))
+            for sentence in pool[i : i + rng.randint(1, 3)]:
+                parts.append(sentence)
+                words += len(sentence.split())
+        text = " ".join(parts)
+        if words <= 170 and text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+def typo(text: str, rng: random.Random, edits: int) -> str:
+    chars = list(text)
+    for _ in range(edits):
+        p = rng.randrange(len(chars))
+        op = rng.choice("sid")
+        if op == "s":
+            chars[p] = rng.choice(string.ascii_lowercase)
+        elif op == "i":
+            chars.insert(p, rng.choice(string.ascii_lowercase))
+        else:
+            del chars[p]
+    return "".join(chars)
+
+
+def variant(text: str, rng: random.Random) -> str:
+    for kind in rng.sample(["typo", "space", "case", "truncate"], rng.randint(1, 2)):
+        if kind == "typo":
+            text = typo(text, rng, rng.randint(1, 3))
+        elif kind == "space":
+            words = text.split(" ")
+            text = " " + "".join(w + rng.choice([" ", "  ", "\n", "\t "]) for w in words)
+        elif kind == "case":
+            text = rng.choice([str.upper, str.lower, str.title])(text)
+        else:
+            text = text[: len(text) - max(1, round(len(text) * rng.uniform(0.03, 0.08)))]
+    return text
+
+
+def build_corpus(args: argparse.Namespace) -> tuple[list[str], list[list[int]], list[tuple[int, int]]]:
+    """Passages with planted variant groups and containments (indexes after shuffling)."""
+    rng = random.Random(args.seed)
+    passages = build_passages(sample_paragraphs(), args.n, rng)
+    slots = list(range(len(passages)))
+    rng.shuffle(slots)
+    free = iter(slots)  # base passages to overwrite with planted texts
+    used: set[int] = set()
+
+    def take() -> int:
+        i = next(free)
+        used.add(i)
+        return i
+
+    groups: list[list[int]] = []
+    for _ in range(args.groups):
+        base = take()
+        group = [base]
+        for _ in range(rng.randint(1, 3)):
+            slot = take()
+            passages[slot] = variant(passages[base], rng)
+            group.append(slot)
+        groups.append(group)
+    planted: list[tuple[int, int]] = []
+    for _ in range(args.planted_containments):
+        inner = take()
+        outer = take()
+        body = passages[inner] if rng.random() < 0.5 else typo(passages[inner], rng, rng.randint(1, 2))
+        before = " ".join(rng.choice(passages).split(". ")[:2])
+        after = " ".join(rng.choice(passages).split(". ")[-2:])
+        passages[outer] = f"{before}. {body} {after}"
+        planted.append((outer, inner))
+    return passages, groups, planted
+
+
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def peer_pairs(norm: list[str], threshold: float, workers: int) -> set[tuple[int, int]]:
+    scores = process.cdist(
+        norm,
+        norm,
+        scorer=Levenshtein.normalized_similarity,
+        score_cutoff=threshold,
+        dtype=np.float32,
+        workers=workers,
+    )
+    a, b = np.nonzero(np.triu(scores, k=1))  # below the cutoff rapidfuzz returns 0
+    return set(zip(a.tolist(), b.tolist(), strict=True))
+
+
+def recall_precision(ours: set[Any], truth: set[Any]) -> tuple[float, float]:
+    hit = len(ours & truth)
+    return (hit / len(truth) if truth else 1.0), (hit / len(ours) if ours else 1.0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "--n", type=int, default=20000, help="passages (at least 20,000 for the reported figures)"
+    )
+    parser.add_argument("--threshold", type=float, default=0.9, help="variant similarity threshold")
+    parser.add_argument(
+        "--containment-threshold",
+        type=float,
+        default=0.95,
+        help="containment score threshold (dedup stage default)",
+    )
+    parser.add_argument("--groups", type=int, default=300, help="planted variant groups")
+    parser.add_argument("--planted-containments", type=int, default=200)
+    parser.add_argument(
+        "--oracle-subset", type=int, default=300, help="passages given to the containment oracle"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--all-cores", action="store_true", help="also time the peer with workers=-1")
+    parser.add_argument(
+        "--skip-peer", action="store_true", help="do not run the exhaustive peer (quick runs)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    console = Console()
+
+    texts, groups, planted = build_corpus(args)
+    norm = [normalise(x) for x in texts]
+    lengths = [len(x) for x in norm]
+    console.print(
+        f"{len(texts)} passages, {np.mean([len(x.split()) for x in texts]):.0f} words / {np.mean(lengths):.0f} "
+        f"characters on average; {len(groups)} planted variant groups, {len(planted)} planted containments"
+    )
+
+    # ---- variants
+    ours, t_ours = timed(lambda: similar_pairs(texts, args.threshold))
+    stats = dict(variants.STATS)
+    ours_set = {(p.a, p.b) for p in ours}
+    labels = clusters(len(texts), ours)
+    groups_whole = sum(len({labels[i] for i in g}) == 1 for g in groups)
+    result: dict[str, Any] = {
+        "n": len(texts),
+        "threshold": args.threshold,
+        "containment_threshold": args.containment_threshold,
+        "mean_chars": float(np.mean(lengths)),
+        "variants": {
+            "ours_s": t_ours,
+            "pairs": len(ours_set),
+            "planted_groups_recovered": f"{groups_whole}/{len(groups)}",
+            "stats": stats,
+        },
+    }
+    console.print(
+        f"ours: {t_ours:.2f} s, {len(ours_set)} pairs, planted groups whole: {groups_whole}/{len(groups)}"
+    )
+    peers: list[tuple[str, float]] = []
+    if not args.skip_peer:
+        for workers in [1, -1] if args.all_cores else [1]:
+            console.print(f"exhaustive peer, workers={workers} ...")
+            truth, t_peer = timed(lambda w=workers: peer_pairs(norm, args.threshold, w))  # type: ignore[misc]
+            peers.append((f"process.cdist workers={workers}", t_peer))
+            recall, precision = recall_precision(ours_set, truth)
+            result["variants"][f"peer_workers_{workers}"] = {
+                "seconds": t_peer,
+                "pairs": len(truth),
+                "speedup": t_peer / t_ours,
+                "recall": recall,
+                "precision": precision,
+            }
+    # ---- containments
+    found, t_cont = timed(
+        lambda: containments(texts, args.containment_threshold)  # defaults: ratio 0.9, 20 characters
+    )
+    cstats = dict(variants.STATS)
+    found_set = {(c.outer, c.inner) for c in found}
+    planted_found = sum((o, i) in found_set for o, i in planted)
+    rng = random.Random(args.seed + 1)
+    subset = set(rng.sample(range(len(texts)), min(args.oracle_subset, len(texts))))
+    for o, i in planted[: max(1, args.oracle_subset // 20)]:
+        subset |= {o, i}
+    sub = sorted(subset)
+    where = {g: k for k, g in enumerate(sub)}
+    sub_texts = [texts[g] for g in sub]
+    oracle, t_oracle = timed(lambda: containments_exhaustive(sub_texts, args.containment_threshold))
+    ours_sub, t_ours_sub = timed(lambda: containments(sub_texts, args.containment_threshold))
+    truth_c = {(c.outer, c.inner) for c in oracle}
+    restricted = {(where[o], where[i]) for o, i in found_set if o in where and i in where}
+    recall_c, precision_c = recall_precision(restricted, truth_c)
+    scale = (len(texts) / len(sub)) ** 2
+    result["containments"] = {
+        "ours_s": t_cont,
+        "found": len(found_set),
+        "planted_found": f"{planted_found}/{len(planted)}",
+        "stats": cstats,
+        "oracle_subset": len(sub),
+        "oracle_subset_s": t_oracle,
+        "ours_subset_s": t_ours_sub,
+        "subset_speedup": t_oracle / t_ours_sub,
+        "oracle_full_s_extrapolated": t_oracle * scale,
+        "full_speedup_extrapolated": t_oracle * scale / t_cont,
+        "oracle_pairs": len(truth_c),
+        "recall": recall_c,
+        "precision": precision_c,
+        "subset_run_equal": [dataclass_key(c) for c in ours_sub] == [dataclass_key(c) for c in oracle],
+    }
+    result["environment"] = {
+        "python": platform.python_version(),
+        "rapidfuzz": rapidfuzz_version,
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.platform(),
+    }
+
+    table = Table(title=f"Variants: {len(texts)} passages, threshold {args.threshold}")
+    for col in ("method", "seconds", "speed-up", "pairs", "recall", "precision"):
+        table.add_column(col, justify="right" if col != "method" else "left")
+    table.add_row("ours: similar_pairs", f"{t_ours:.2f}", "1.0x", str(len(ours_set)), "", "")
+    for name, seconds in peers:
+        entry = result["variants"][f"peer_workers_{name.rsplit('=', 1)[1]}"]
+        table.add_row(
+            f"peer: {name}",
+            f"{seconds:.2f}",
+            f"{seconds / t_ours:.1f}x slower",
+            str(entry["pairs"]),
+            f"{entry['recall']:.2%}",
+            f"{entry['precision']:.2%}",
+        )
+    console.print(table)
+    detail = Table(title="ours, inside similar_pairs")
+    detail.add_column("step")
+    detail.add_column("value", justify="right")
+    for key, value in stats.items():
+        detail.add_row(key, f"{value:.3f}" if key.endswith("_s") else f"{int(value):,}")
+    console.print(detail)
+
+    ctable = Table(
+        title=f"Containments: threshold {args.containment_threshold}, inner ≤ 0.9 x outer, ≥ 20 chars"
+    )
+    for col in ("method", "passages", "seconds", "found", "recall", "precision"):
+        ctable.add_column(col, justify="right" if col != "method" else "left")
+    ctable.add_row("ours: containments", str(len(texts)), f"{t_cont:.2f}", str(len(found_set)), "", "")
+    ctable.add_row(
+        "ours, on the oracle subset", str(len(sub)), f"{t_ours_sub:.2f}", str(len(ours_sub)), "", ""
+    )
+    ctable.add_row(
+        "oracle: partial_ratio, every pair",
+        str(len(sub)),
+        f"{t_oracle:.2f}",
+        str(len(truth_c)),
+        f"{recall_c:.2%}",
+        f"{precision_c:.2%}",
+    )
+    ctable.add_row("oracle, extrapolated to all", str(len(texts)), f"~{t_oracle * scale:,.0f}", "", "", "")
+    console.print(ctable)
+    console.print(
+        f"planted containments found: {planted_found}/{len(planted)}; "
+        f"subset speed-up {t_oracle / t_ours_sub:.0f}x, full-size speed-up ~{t_oracle * scale / t_cont:,.0f}x (extrapolated)"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    console.print(f"wrote {args.out}")
+    return 0
+
+
+def dataclass_key(c: Containment) -> tuple[int, int, float]:
+    return (c.outer, c.inner, c.score)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
