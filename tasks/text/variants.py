@@ -186,7 +186,10 @@ def similar_pairs(texts: Sequence[str], threshold: float) -> list[SimilarPair]:
     out: list[SimilarPair] = []
     for group in members:  # identical after normalisation: similarity 1.0
         out.extend(SimilarPair(a, b, 1.0) for i, a in enumerate(group) for b in group[i + 1 :])
-    if t < 1.0 and len(uniq) > 1:
+    # Distinct texts differ by at least one edit, so they can reach t only if the longer one
+    # allows an edit: (1 - t) * L >= 1. Near t = 1 nothing can, and the join's cells would
+    # degenerate (their width is log(1/t)).
+    if t < 1.0 and len(uniq) > 1 and (1.0 - t) * max(map(len, uniq)) >= 1.0 - 1e-9:
         ua, ub, sim = _similar_unique(uniq, t)
         for u, v, s in zip(ua.tolist(), ub.tolist(), sim.tolist(), strict=True):
             out.extend(SimilarPair(min(a, b), max(a, b), s) for a in members[u] for b in members[v])
