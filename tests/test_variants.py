@@ -60,6 +60,8 @@ def real_paragraphs(min_chars: int = 150, max_chars: int = 1200) -> list[str]:
 def typo(text: str, rng: random.Random, edits: int) -> str:
     chars = list(text)
     for _ in range(edits):
+        if not chars:  # everything was deleted: nothing left to edit
+            break
         p = rng.randrange(len(chars))
         op = rng.choice("sid")
         if op == "s":
