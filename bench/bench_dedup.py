@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from lxml import etree, html
 from rapidfuzz import __version__ as rapidfuzz_version
 from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
@@ -59,6 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
+from bench.samples import sample_passages  # noqa: E402
 from tasks.text import variants  # noqa: E402
 from tasks.text.variants import (  # noqa: E402
     Containment,
@@ -69,28 +69,9 @@ from tasks.text.variants import (  # noqa: E402
     similar_pairs,
 )
 
-SAMPLES = REPO.parent / "shared" / "samples"
 RESULTS = REPO / "bench" / "results" / "dedup.json"
 SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
 T = TypeVar("T")
-
-
-def sample_paragraphs(samples: Path = SAMPLES) -> list[str]:
-    """Every non-empty <p> (whitespace collapsed) of the JATS articles/reviews and HTML pages."""
-    out: list[str] = []
-    for sub in ("articles", "reviews"):
-        for path in sorted((samples / sub).glob("*.*xml")):
-            parser = etree.XMLParser(recover=True, resolve_entities=False, no_network=True)
-            root = etree.parse(str(path), parser).getroot()
-            for el in root.iter():
-                if isinstance(el.tag, str) and etree.QName(el).localname == "p":
-                    text = " ".join("".join(el.itertext()).split())
-                    if text:
-                        out.append(text)
-    for path in sorted((samples / "html").glob("*.html")):
-        root = html.document_fromstring(path.read_bytes(), parser=html.HTMLParser(encoding="utf-8"))
-        out.extend(t for p in root.iter("p") if (t := " ".join(p.text_content().split())))
-    return out
 
 
 def build_passages(paragraphs: Sequence[str], n: int, rng: random.Random) -> list[str]:
@@ -144,7 +125,7 @@ def variant(text: str, rng: random.Random) -> str:
 def build_corpus(args: argparse.Namespace) -> tuple[list[str], list[list[int]], list[tuple[int, int]]]:
     """Passages with planted variant groups and containments (indexes after shuffling)."""
     rng = random.Random(args.seed)
-    passages = build_passages(sample_paragraphs(), args.n, rng)
+    passages = build_passages(sample_passages(), args.n, rng)
     slots = list(range(len(passages)))
     rng.shuffle(slots)
     free = iter(slots)  # base passages to overwrite with planted texts

@@ -34,7 +34,6 @@ from typing import Any
 from datatrove.data import Document
 from datatrove.pipeline.filters.gopher_quality_filter import GopherQualityFilter
 from datatrove.pipeline.filters.gopher_repetition_filter import GopherRepetitionFilter
-from lxml import etree, html
 from rich.console import Console
 from rich.table import Table
 
@@ -42,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
+from bench.samples import SAMPLES, sample_passages  # noqa: E402
 from tasks.text.gopher import (  # noqa: E402
     DATATROVE_REASONS,
     GopherRules,
@@ -50,33 +50,7 @@ from tasks.text.gopher import (  # noqa: E402
     clear_token_cache,
 )
 
-SAMPLES = REPO.parent / "shared" / "samples"
 RESULTS = REPO / "bench" / "results" / "filter.json"
-
-
-def sample_passages(samples: Path = SAMPLES) -> list[str]:
-    """Every non-empty <p> (whitespace collapsed) of the JATS articles/reviews and HTML pages."""
-    out: list[str] = []
-    for sub in ("articles", "reviews"):
-        directory = samples / sub
-        if not directory.is_dir():
-            continue
-        for path in sorted(directory.iterdir()):
-            if path.suffix not in (".xml", ".nxml"):
-                continue
-            parser = etree.XMLParser(recover=True, resolve_entities=False, no_network=True)
-            root = etree.parse(str(path), parser).getroot()
-            for el in root.iter():
-                if isinstance(el.tag, str) and etree.QName(el).localname == "p":
-                    text = " ".join("".join(el.itertext()).split())
-                    if text:
-                        out.append(text)
-    html_dir = samples / "html"
-    if html_dir.is_dir():
-        for path in sorted(html_dir.glob("*.html")):
-            root = html.document_fromstring(path.read_bytes(), parser=html.HTMLParser(encoding="utf-8"))
-            out.extend(t for p in root.iter("p") if (t := " ".join(p.text_content().split())))
-    return out
 
 
 def replicate(base: Sequence[str], n: int) -> list[str]:
