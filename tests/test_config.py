@@ -61,3 +61,8 @@ def test_unknown_flow_and_stage() -> None:
         get_pipeline("curee")
     with pytest.raises(IrforgeError, match=r"no stage 'filtr'.*ingest, parse, segment, filter"):
         CURE.spec("filtr")
+
+
+def test_translate_languages_are_checked_by_the_config(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"stages\.translate\.languages\[1\]"):
+        load(tmp_path, "stages:\n  ingest: {sources: [x]}\n  translate: {languages: [en, de]}\n")

@@ -36,7 +36,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from irforge.config import StrictModel
-from irforge.errors import ConfigError, IrforgeError
+from irforge.errors import IrforgeError
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.translate.deepl import DeepLTranslator
 from tasks.translate.port import CacheStats, TranslationCache, cached_translate
@@ -61,7 +61,7 @@ class DeepLOptions(StrictModel):
 
 class TranslateConfig(StrictModel):
     engine: Engine = Field("auto", description="auto: DeepL when DEEPL_AUTH_KEY is set, else none.")
-    languages: tuple[str, ...] = ("en", "fr", "es")
+    languages: tuple[Literal["en", "fr", "es"], ...] = ("en", "fr", "es")
     deepl: DeepLOptions = DeepLOptions()
 
 
@@ -206,17 +206,6 @@ def _no_translator(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _check_languages(config: TranslateConfig) -> None:
-    unknown = [lang for lang in config.languages if lang not in ("en", "fr", "es")]
-    if unknown:
-        raise ConfigError(f"stages.translate.languages: {unknown} not supported (en, fr, es)")
-
-
-def _inputs_checked(ctx: StageContext[TranslateConfig]) -> dict[str, Any]:
-    _check_languages(ctx.config)
-    return inputs(ctx)
-
-
 SPEC: StageSpec[TranslateConfig] = StageSpec(
     name="translate",
     version=1,
@@ -225,7 +214,7 @@ SPEC: StageSpec[TranslateConfig] = StageSpec(
     schema=SCHEMA,
     excluded_schema=EXCLUDED_SCHEMA,
     key=("query_id", "language"),
-    inputs=_inputs_checked,
+    inputs=inputs,
     source=source,
     process=process,
     description="Queries in en / fr / es: the original plus DeepL translations through a request cache.",
