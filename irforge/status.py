@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from irforge.artifacts import Artifact, ArtifactStore
@@ -38,7 +39,7 @@ class StageStatus:
 
 
 def flow_status(
-    pipeline: Pipeline, config: FlowConfig, base_dir: Any, store: ArtifactStore
+    pipeline: Pipeline, config: FlowConfig, base_dir: Path, store: ArtifactStore
 ) -> list[StageStatus]:
     plans = pipeline.plan(config, base_dir)
     latest = latest_fingerprints(store, pipeline.name)
