@@ -120,7 +120,7 @@ _ELL = 1  # variants: pivots beyond kup (more pivots: stronger count filter, big
 _SEEN_BITS = 26  # bitmap that drops join entries the other side never has
 _LEVELS = 12.0  # rarity levels per doubling of a gram's estimated count
 _CONTAIN_ELL = 8  # containments: pivots beyond E (each candidate needs this many on a diagonal band)
-_BATCH = 20_000_000  # raw matches handled per batch (bounds memory)
+_BATCH = 10_000_000  # raw matches handled per batch (bounds memory)
 _BLOCK_CELLS = 4_000_000  # brute force: pairs scored per cdist call
 _PAIR_CHUNK = 100_000  # candidate pairs scored per cpdist call
 _FALLBACK = 20.0  # the join gives up when its raw matches exceed this many per length-band pair
@@ -766,10 +766,17 @@ def _pivot_join(
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     batches = np.searchsorted(np.cumsum(cnt), np.arange(1, raw // _BATCH + 1) * _BATCH)
     edges = np.unique(np.concatenate([[0], batches, [len(cnt)]]))
-    if raw > _FALLBACK * _band_pair_count(lens, ktab, t) or (len(edges) > 2 and n >= 1 << 24):
+    if raw > _FALLBACK * _band_pair_count(lens, ktab, t):
         return None
-    # Count surviving pivots per (pivot text, prefix text), batch by batch (bounded memory).
+    if len(edges) > 2 and (
+        n >= 1 << 24 or int(want.max()) >= 0xFFFF
+    ):  # the merge packs 24-bit ids, 16-bit counts
+        return None
+    # Count surviving pivots per (pivot text, prefix text), batch by batch (bounded memory):
+    # each batch's pairs are reduced to (pair, count) words, merged when they pile up.
+    multi = len(edges) > 2
     counted: list[U64] = []
+    pending = merged_size = 0
     for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
         owner, index = _expand(lo[a:b], cnt[a:b])
         sp_ = spay[a:b][owner]
@@ -782,30 +789,41 @@ def _pivot_join(
         pk: U64 = np.sort((s[ok].astype(np.uint64) << _U(32)) | (rp_[ok] >> _U(pb)))
         del sp_, rp_, s, gap, ok
         st2, cnt2 = _runs(pk)
-        if len(edges) == 2:
-            counted.append(pk[st2])
-            counts = cnt2
-        else:  # pair (24 + 24 bits) and a 16-bit count in one word, merged after the loop
-            up = pk[st2]
-            pair: U64 = np.bitwise_or((up >> _U(32)) << _U(40), (up & _U(0xFFFFFFFF)) << _U(16))
-            counted.append(np.bitwise_or(pair, np.minimum(cnt2, 0xFFFF).astype(np.uint64)))
-    if len(edges) > 2:
-        merged = np.sort(np.concatenate(counted)) if counted else np.zeros(0, dtype=np.uint64)
-        st2, _ = _runs(merged >> _U(16))
-        counts = np.add.reduceat((merged & _U(0xFFFF)).astype(np.int64), st2) if len(st2) else st2
-        up = merged[st2] >> _U(16)
-        s = (up >> _U(24)).astype(np.int64)
-        r = (up & _U((1 << 24) - 1)).astype(np.int64)
-    else:
-        up = counted[0] if counted else np.zeros(0, dtype=np.uint64)
-        s = (up >> _U(32)).astype(np.int64)
-        r = (up & _U(0xFFFFFFFF)).astype(np.int64)
+        up = pk[st2]
+        del pk
+        s, r = (up >> _U(32)).astype(np.int64), (up & _U(0xFFFFFFFF)).astype(np.int64)
+        ls, lr = lens[s], lens[r]
+        ok = (s != r) & (np.abs(ls - lr) <= ktab[np.maximum(ls, lr)]) & (last[s] <= last[r])
+        if not multi:
+            s, r, counts = s[ok], r[ok], cnt2[ok]
+            break
+        # pair (24 + 24 bits) and a 16-bit count in one word
+        word: U64 = np.bitwise_or((s[ok].astype(np.uint64) << _U(40)), (r[ok].astype(np.uint64) << _U(16)))
+        counted.append(np.bitwise_or(word, np.minimum(cnt2[ok], 0xFFFF).astype(np.uint64)))
+        pending += int(ok.sum())
+        if pending > max(2 * _BATCH, 2 * merged_size):  # geometric: each word is merged O(log) times
+            counted = [_merge_counts(counted)]
+            pending = merged_size = len(counted[0])
+    if multi:
+        merged = _merge_counts(counted)
+        s = (merged >> _U(40)).astype(np.int64)
+        r = ((merged >> _U(16)) & _U((1 << 24) - 1)).astype(np.int64)
+        counts = (merged & _U(0xFFFF)).astype(np.int64)
     _stat("kept_pairs", len(s))
     _stat("raw_s")
-    ls, lr = lens[s], lens[r]
-    kk = ktab[np.maximum(ls, lr)]
-    ok = (counts >= want[s] - kk) & (s != r) & (np.abs(ls - lr) <= kk) & (last[s] <= last[r])
+    ok = counts >= want[s] - ktab[np.maximum(lens[s], lens[r])]
     return s[ok], r[ok]
+
+
+def _merge_counts(parts: list[U64]) -> U64:
+    """Words ``pair << 16 | count``: one word per pair, counts added (capped at 65535)."""
+    words = np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
+    starts, _ = _runs(words >> _U(16))
+    if len(starts) == 0:
+        return words
+    total = np.minimum(np.add.reduceat((words & _U(0xFFFF)).astype(np.int64), starts), 0xFFFF)
+    out: U64 = np.bitwise_or((words[starts] >> _U(16)) << _U(16), total.astype(np.uint64))
+    return out
 
 
 def _band_pair_count(lens: I64, ktab: I64, t: float) -> int:
