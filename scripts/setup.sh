@@ -26,6 +26,9 @@ if [ ! -f "$venv/.complete" ]; then
   mkdir -p "$cache"
   "$python" -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade "pip>=24" "setuptools>=77" wheel 2>&1 | { grep -v "^WARNING: Location" >&2 || true; }
+  # torch first, alone and pinned: a resolver that meets it later may reach for the
+  # multi-GB CUDA wheels (reference/environment.md).
+  "$venv/bin/pip" install -q -c constraints.txt torch 2>&1 | { grep -v "^WARNING: Location" >&2 || true; }
   # Dependencies only, pinned by the lock; the project itself is installed below.
   "$venv/bin/pip" install -q -c constraints.txt -r <(deps) 2>&1 | { grep -v "^WARNING: Location" >&2 || true; }
   touch "$venv/.complete"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import string
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,18 @@ def test_normalise_folds_case_width_and_whitespace() -> None:
     assert normalise("  Ｆｕｌｌ\u00a0WIDTH\n\tand  ß ") == "full width and ss"
     assert normalise("") == ""
     assert normalise(normalise("A  b")) == normalise("A  b") == "a b"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(alphabet=st.sampled_from(list("aZ ß\u00a0\u2003\t\n\x1c\x85ﬁＡİΣς\u0301e.")), max_size=30)
+    | st.text(max_size=30)
+)
+def test_normalise_fast_paths_match_the_definition(text: str) -> None:
+    # The definition, spelled out the slow way: NFKC, casefold, NFKC again, split on any
+    # whitespace and join with single spaces.
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    assert normalise(text) == " ".join(folded.split())
 
 
 def test_edge_cases() -> None:
@@ -303,3 +316,19 @@ def test_oracle_equality_on_mutated_real_paragraphs(threshold: float) -> None:
     rng.shuffle(texts)
     assert similar_pairs(texts, threshold) == similar_pairs_exhaustive(texts, threshold)
     assert containments(texts, threshold) == containments_exhaustive(texts, threshold)
+
+
+@needs_samples
+@pytest.mark.parametrize("fallback", [0.0, 1e9])
+def test_join_and_its_brute_force_fallback_agree_with_the_oracle(
+    fallback: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # _FALLBACK 0 makes the join give up at once (brute force over the length band);
+    # 1e9 never lets it give up. Both must give the oracle's answer.
+    monkeypatch.setattr(variants, "_FALLBACK", fallback)
+    rng = random.Random(7)
+    paragraphs = real_paragraphs(min_chars=80, max_chars=600)
+    texts = [typo(p, rng, rng.randint(0, 6)) for p in rng.sample(paragraphs, 40) for _ in range(2)]
+    assert similar_pairs(texts, 0.85) == similar_pairs_exhaustive(texts, 0.85)
+    assert variants.STATS["pivots"] > 0
+    assert ("brute_force_texts" in variants.STATS) == (fallback == 0.0)

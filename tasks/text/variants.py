@@ -36,30 +36,28 @@ largest ``K`` over every partner length that the length filter allows.
 2. **Pivots.** x's pivots are ``P(x) = kup(x) + ℓ`` pairwise *disjoint* grams of x, so
    one edit (substitution, insertion or deletion of one character) destroys at most one
    of them. They are picked to be rare: for each text, the lowest rarity level at which a
-   left-to-right greedy scan still finds ``P(x)`` disjoint grams (binary search, all texts
-   in lock step), else the rarest grid chunks (grams at 0, q, 2q, ...). ``last(x)`` is the
-   largest pivot key and the *prefix* ``pre(x)`` is every gram of x, at any position,
-   with key ``≤ last(x)``.
+   left-to-right greedy scan still finds ``P(x)`` disjoint grams (a binary search).
+   ``last(x)`` is the largest pivot key and the *prefix* ``pre(x)`` is every gram of x,
+   at any position, with key ``≤ last(x)``.
 3. **Pivotal lemma** (Deng, Li, Feng, ICDE 2014, extended to a count): if
    ``ed(x, y) ≤ K`` then at least ``P(x) - K`` pivots of x survive unedited into y,
    shifted by at most ``K`` positions. Each survivor has key ``≤ last(x)``; if
    ``last(x) ≤ last(y)`` every copy of it in y is in ``pre(y)``; otherwise the same holds
    with x and y swapped. So every qualifying pair is found by joining the pivots of the
-   text with the smaller ``last`` against the prefix of the other on equal grams, keeping
-   matches with ``|pos_x - pos_y| ≤ kup(x)``, and requiring ``≥ P(x) - K`` matches plus
-   the length filter. The join groups entries by (gram, length cell, position cell) in one
-   sort; a pivot is entered into every cell its admissible partners can lie in, so cells
-   only save work and never lose a match. Hash collisions only merge groups (more
-   candidates, never fewer).
+   text with the smaller ``(last, index)`` against the prefix of the other on equal
+   grams, keeping matches with ``|pos_x - pos_y| ≤ K`` and the length filter, and
+   requiring ``≥ P(x) - K`` distinct pivots matched. The join is a sort-merge over hash
+   buckets, both sides ordered by text length inside a bucket
+   (:func:`variant_kernels.pivot_join`). Hash collisions only add candidates.
 4. **Verification.** Candidates are scored with ``Levenshtein.normalized_similarity``
    and ``score_cutoff=t``, exactly as the oracle does.
 
-Texts with fewer than ``kup + 1`` disjoint grams (very short texts, low thresholds) are
-compared by brute force (rapidfuzz ``cdist`` in blocks) with every text their length
-allows, and so is everything when the join would produce more raw matches than
-``_FALLBACK`` times the pairs the length filter lets through (low thresholds, where
-q-grams are too short to be selective). Raw matches are processed in bounded batches.
-Texts identical after normalisation are grouped first (similarity 1.0).
+Steps 1-3 run as compiled loops (:mod:`tasks.text.variant_kernels`, numba). Texts with
+fewer than ``kup + 1`` disjoint grams (very short texts, low thresholds) are compared by
+brute force (rapidfuzz ``cdist`` in blocks) with every text their length allows, and so
+is everything when the join would scan more than ``_FALLBACK`` index entries per pair
+the length filter lets through (low thresholds, where q-grams are too short to be
+selective). Texts identical after normalisation are grouped first (similarity 1.0).
 
 Containments: diagonal q-gram counting
 --------------------------------------
@@ -92,6 +90,8 @@ import numpy.typing as npt
 from rapidfuzz import fuzz, process
 from rapidfuzz.distance import LCSseq, Levenshtein
 
+from tasks.text import variant_kernels as kernels
+
 __all__ = [
     "Containment",
     "SimilarPair",
@@ -113,17 +113,13 @@ _U = np.uint64
 _ALL = _U(0xFFFFFFFFFFFFFFFF)
 _SLACK = 1e-6  # absolute slack on every edit budget: rounding never loses a pair
 # Tuning knobs: they change speed and memory, never the result.
-_LEN_CELL = 1.0  # join length cells, in units of log(1/t)
-_POS_CELL = 2.0  # join position cells, in units of the edit budget
-_REFINE = True  # bottleneck pivots (else grid chunks only)
 _ELL = 1  # variants: pivots beyond kup (more pivots: stronger count filter, bigger join)
-_SEEN_BITS = 26  # bitmap that drops join entries the other side never has
 _LEVELS = 12.0  # rarity levels per doubling of a gram's estimated count
 _CONTAIN_ELL = 8  # containments: pivots beyond E (each candidate needs this many on a diagonal band)
 _BATCH = 10_000_000  # raw matches handled per batch (bounds memory)
 _BLOCK_CELLS = 4_000_000  # brute force: pairs scored per cdist call
 _PAIR_CHUNK = 100_000  # candidate pairs scored per cpdist call
-_FALLBACK = 20.0  # the join gives up when its raw matches exceed this many per length-band pair
+_FALLBACK = 200.0  # the join gives up past this many index entries scanned per length-band pair
 
 #: Counts and timings of the last fast-path call (diagnostics for benchmarks; not thread-safe).
 STATS: dict[str, float] = {}
@@ -149,9 +145,16 @@ def _stats_reset() -> None:
 def normalise(text: str) -> str:
     """The form variants are compared in: NFKC, case-folded, whitespace collapsed and stripped."""
     if text.isascii():  # NFKC leaves ASCII alone and casefold is lower
-        return " ".join(text.lower().split())
-    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
-    return " ".join(folded.split())
+        text = text.lower()
+    else:
+        text = unicodedata.normalize("NFKC", text).casefold()
+        if not unicodedata.is_normalized("NFKC", text):  # casefold can denormalise (rare)
+            text = unicodedata.normalize("NFKC", text)
+    # Already collapsed (no whitespace but single inner spaces; every other whitespace
+    # character is non-printable): skip the split, the costliest step on long texts.
+    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        return text
+    return " ".join(text.split())
 
 
 @dataclass(frozen=True)
@@ -363,45 +366,43 @@ def _choose_q(density: float) -> int:
 
 
 @dataclass
+class _Codes:
+    """Many texts laid end to end as code points, with the rarity level of every gram bucket."""
+
+    q: int
+    lens: I64
+    offs: I64  # text i occupies positions offs[i] .. offs[i + 1] - 1
+    code: npt.NDArray[np.uint32]
+    level: npt.NDArray[np.uint8]
+
+
+def _codes(texts: Sequence[str], q: int) -> _Codes:
+    n = len(texts)
+    lens = np.fromiter((len(x) for x in texts), dtype=np.int64, count=n)
+    offs = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offs[1:])
+    code = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    return _Codes(q, lens, offs, code, kernels.gram_levels(code, offs, q, _LEVELS))
+
+
+@dataclass
 class _Grams:
     """Hashed q-grams of many texts laid end to end: one entry per character position."""
 
     q: int
     lens: I64
     offs: I64  # text i occupies positions offs[i] .. offs[i + 1] - 1
-    h: U64  # hash of the gram starting at each position
-    key: U64  # global rarity order: level of the estimated count (8 bits), then hash bits; all ones where no gram fits
+    h: U64  # hash bits of the gram starting at each position
+    key: U64  # global order: rarity level (8 bits), then 56 hash bits; all ones where no gram fits
 
     def text_of(self, index: I64) -> I64:
         """Text of each global position (fast when ``index`` is sorted)."""
         return np.searchsorted(self.offs, index, side="right").astype(np.int64) - 1
 
 
-def _grams(texts: Sequence[str], q: int) -> _Grams:
-    n = len(texts)
-    lens = np.fromiter((len(x) for x in texts), dtype=np.int64, count=n)
-    offs = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lens, out=offs[1:])
-    total = int(offs[-1])
-    code = np.zeros(total + q, dtype=np.uint64)
-    code[:total] = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    h = code[:total] * _U(0x9E3779B97F4A7C15)
-    for j in range(1, q):  # polynomial hash of code points, wrapping mod 2**64
-        h *= _U(0x100000001B3)
-        h += code[j : j + total]
-    h ^= h >> _U(29)
-    h *= _U(0xBF58476D1CE4E5B9)
-    h ^= h >> _U(32)
-    # Rarity: occurrences of the gram's hash bucket among every fourth position.
-    bucket = (h >> _U(42)).astype(np.int64)  # 22 bits
-    counts = np.bincount(bucket[::4], minlength=1 << 22)
-    levels = np.minimum(np.floor(_LEVELS * np.log2(counts + 1.0)), 254).astype(np.uint64)
-    key = (levels[bucket] << _U(56)) | (h >> _U(8))
-    # No gram starts in the last q - 1 characters of a text.
-    ends = np.maximum(offs[1:] - (q - 1), offs[:-1])
-    _, index = _expand(ends, offs[1:] - ends)
-    key[index] = _ALL
-    return _Grams(q, lens, offs, h, key)
+def _grams(c: _Codes) -> _Grams:
+    key = kernels.gram_keys(c.code, c.offs, c.q, c.level)
+    return _Grams(c.q, c.lens, c.offs, key << _U(8), key)
 
 
 def _bits(x: int) -> int:
@@ -425,112 +426,20 @@ def _expand(starts: I64, counts: I64) -> tuple[I64, I64]:
     return owner, np.arange(len(owner), dtype=np.int64) + shift
 
 
-def _pivots(g: _Grams, budget: I64, ell: int) -> tuple[I64, I64, U64, B1]:
-    """For every text: its ``budget + ell`` rarest grid chunks (fewer if it has fewer).
+@dataclass
+class _Pivots:
+    """Pivots of every text (see :func:`variant_kernels.choose_pivots`)."""
 
-    Returns (pivot positions, pivots per text, largest pivot key per text, filterable per
-    text). A text is filterable when it has at least ``budget + 1`` chunks. Which chunks
-    are taken only affects speed: ``last`` is the largest key actually taken.
-    """
-    n, q = len(g.lens), g.q
-    nchunks = np.where(g.lens >= q, g.lens // q, 0)
-    want = np.minimum(nchunks, budget + ell)
-    filterable = nchunks >= budget + 1
-    last = np.zeros(n, dtype=np.uint64)
-    counts = np.where(filterable, nchunks, 0)
-    text, index = _expand(np.zeros(n, dtype=np.int64), counts)  # index = chunk number
-    if len(text) == 0:
-        return text, want, last, filterable
-    # One sort by (text, coarse key, chunk number), all packed into 64 bits.
-    tb, cb = _bits(n - 1), _bits(int(nchunks.max()))
-    kb = 64 - tb - cb
-    pos = g.offs[text] + index * q
-    packed = np.sort(
-        (text.astype(np.uint64) << _U(kb + cb))
-        | ((g.key[pos] >> _U(64 - kb)) << _U(cb))
-        | index.astype(np.uint64)
-    )
-    text = (packed >> _U(kb + cb)).astype(np.int64)
-    pos = g.offs[text] + (packed & _U((1 << cb) - 1)).astype(np.int64) * q
-    start = np.cumsum(counts) - counts
-    take = np.arange(len(pos), dtype=np.int64) - start[text] < want[text]
-    piv = pos[take]
-    f = np.flatnonzero(filterable)
-    first = np.cumsum(want[f]) - want[f]
-    last[f] = np.maximum.reduceat(g.key[piv], first)
-    return np.sort(piv), want, last, filterable
+    pos: I64  # global positions, sorted (so grouped by text)
+    key: U64  # the pivots' gram keys
+    first: I64  # text i's pivots are pos[first[i]:first[i + 1]]
+    want: I64  # pivots per text
+    last: U64  # largest pivot key per text
+    filterable: B1  # the text has more disjoint grams than its edit budget
 
 
-def _bottleneck_pivots(g: _Grams, piv: I64, want: I64, last: U64, filterable: B1) -> tuple[I64, U64]:
-    """Rarer pivots: ``want`` pairwise disjoint grams whose rarest-level bound is smallest.
-
-    Grams are binned into rarity levels (``_LEVELS`` per doubling of the estimated count).
-    For each text a binary search finds the lowest level at which the greedy left-to-right
-    scan (take a gram if it starts at least q after the last one taken: this maximises the
-    number of disjoint grams) still takes ``want`` grams; those are the pivots. All texts
-    are scanned in lock step, one numpy step per character position. Texts that do not
-    improve on their grid pivots keep them.
-    """
-    n, q = len(g.lens), g.q
-    maxlen = int(g.lens.max())
-    level = (g.key >> _U(56)).astype(np.uint8)  # 255 where no gram fits
-    grid_level = np.where(filterable, (last >> _U(56)).astype(np.int64), 254)
-    # Texts by decreasing length: at position p only the first ``alive[p]`` rows matter.
-    order = np.argsort(-g.lens, kind="stable")
-    lens_sorted = g.lens[order]
-    alive = np.searchsorted(-lens_sorted, -np.arange(maxlen), side="left")  # texts longer than p
-    table = np.full((n, maxlen), 255, dtype=np.uint8)
-    table[np.arange(maxlen) < g.lens[:, None]] = level
-    table = np.ascontiguousarray(table[order].T)  # row p: level of the gram at position p of every text
-    need = np.where(filterable, want, 1 << 30)[order].astype(np.int32)
-
-    def scan(bound: I64, record: bool) -> tuple[npt.NDArray[np.int32], list[I64]]:
-        b8 = np.minimum(np.maximum(bound, -1) + 1, 255).astype(np.uint8)[order]  # take level < b8
-        taken = np.zeros(n, dtype=np.int32)
-        free_at = np.zeros(n, dtype=np.int32)
-        take = np.zeros(n, dtype=np.bool_)
-        tmp = np.zeros(n, dtype=np.bool_)
-        picks: list[I64] = []
-        for p in range(maxlen):
-            m = int(alive[p])
-            t_, x_ = take[:m], tmp[:m]
-            np.less(table[p, :m], b8[:m], out=t_)
-            np.less_equal(free_at[:m], p, out=x_)
-            t_ &= x_
-            if record:  # the search only needs to know whether ``need`` is reached
-                np.less(taken[:m], need[:m], out=x_)
-                t_ &= x_
-                picks.append(order[np.flatnonzero(t_)])
-            taken[:m] += t_
-            np.copyto(free_at[:m], p + q, where=t_)
-        out = np.empty(n, dtype=np.int32)
-        out[order] = taken
-        return out, picks
-
-    lo = np.zeros(n, dtype=np.int64)
-    hi = grid_level.copy()
-    while True:
-        open_ = lo < hi
-        if not open_.any():
-            break
-        mid = np.where(open_, (lo + hi) // 2, -1)
-        taken, _ = scan(mid, record=False)
-        ok = taken >= want
-        hi = np.where(open_ & ok, mid, hi)
-        lo = np.where(open_ & ~ok, mid + 1, lo)
-    better = filterable & (hi < grid_level)
-    taken, picks = scan(np.where(better, hi, -1), record=True)
-    done = better & (taken >= want)
-    rows = [np.full(len(x), p, dtype=np.int64) for p, x in enumerate(picks)]
-    texts = np.concatenate(picks) if picks else np.zeros(0, dtype=np.int64)
-    pos = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-    keep = done[texts]
-    new_piv = g.offs[texts[keep]] + pos[keep]
-    new_last = last.copy()
-    new_last[done] = 0
-    np.maximum.at(new_last, texts[keep], g.key[new_piv])
-    keep_grid = ~done[g.text_of(piv)]
-    return np.sort(np.concatenate([new_piv, piv[keep_grid]])), new_last
+def _pivots(c: _Codes, budget: I64, ell: int) -> _Pivots:
+    return _Pivots(*kernels.choose_pivots(c.code, c.offs, c.q, c.level, budget, ell))
 
 
 # ----------------------------------------------------------------------------- variants
@@ -550,19 +459,16 @@ def _similar_unique(texts: list[str], t: float, ell: int = _ELL) -> tuple[I64, I
     lmax = np.minimum(np.floor((lens + _SLACK) / t * (1 + 1e-12)).astype(np.int64) + 1, cap)
     kup = ktab[lmax]
     q = _choose_q((1.0 - t) / t)
-    g = _grams(texts, q)
+    c = _codes(texts, q)
     _stat("grams_s")
-    piv, want, last, filterable = _pivots(g, kup, ell)
-    if _REFINE and len(piv) and n * maxlen <= 200_000_000 and q < 12:
-        piv, last = _bottleneck_pivots(g, piv, want, last, filterable)
+    pv = _pivots(c, kup, ell)
     _stat("pivots_s")
-    _stat("pivots", len(piv))
+    _stat("pivots", len(pv.pos))
 
     found: list[tuple[I64, I64, F64]] = []
-    brute = ~filterable
-    if len(piv):
-        cand = _pivot_join(g, piv, want, last, filterable, kup, lmax, ktab, t)
-        del g
+    brute = ~pv.filterable
+    if len(pv.pos):
+        cand = _pivot_join(c, pv, ktab, t)
         if cand is None:  # the filter would cost more than comparing the length band: do that
             brute = np.ones(n, dtype=np.bool_)
         else:
@@ -658,172 +564,45 @@ def _band_verify(texts: list[str], lens: I64, who: B1, t: float) -> tuple[I64, I
     return np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s)
 
 
-def _pivot_join(
-    g: _Grams, piv: I64, want: I64, last: U64, filterable: B1, kup: I64, lmax: I64, ktab: I64, t: float
-) -> tuple[I64, I64] | None:
+def _pivot_join(c: _Codes, pv: _Pivots, ktab: I64, t: float) -> tuple[I64, I64] | None:
     """Candidate pairs among filterable texts (see the module docstring, steps 2-3).
 
-    None when the join would produce more raw matches than ``_FALLBACK`` times the number
+    None when the join would scan more index entries than ``_FALLBACK`` times the number
     of pairs the length filter lets through (low thresholds): brute force is cheaper then.
     """
-    n = len(g.lens)
-    lens = g.lens
-    maxlen = int(lens.max())
-    pre = np.flatnonzero(g.key <= np.repeat(np.where(filterable, last, 0), lens))
-    rt = g.text_of(pre)
-    rp = pre - g.offs[rt]
-
-    # Cells: log-length cells and position cells; a pivot enters every cell a partner can be in.
-    width = _LEN_CELL * math.log(1.0 / t)
-    lcell = np.floor(np.log(np.maximum(lens, 1)) / width).astype(np.int64)
-    ncell = int(np.floor(math.log(max(int(lmax.max()), 2)) / width)) + 2
-    cell_len = np.exp((np.arange(ncell + 1) + 1.0) * width)
-    bsize = np.maximum(1, np.floor(_POS_CELL * (1.0 - t) * cell_len).astype(np.int64))
-
-    # Bit layout of a sort entry: join key | last rank | role | text | position.
-    tb, lq = _bits(n - 1), 8
-    pshift = max(0, _bits(maxlen) - max(1, 64 - 28 - lq - 1 - tb))
-    pb = _bits(maxlen >> pshift)
-    jb = 64 - lq - 1 - tb - pb
-    if jb < 20:
-        raise ValueError("too many texts for one similarity join")  # pragma: no cover
-    last_rank = np.searchsorted(np.unique(last), last).astype(np.int64)
-    lastq = (last_rank * (1 << lq) // max(1, int(last_rank.max()) + 1)).astype(np.uint64)
-    low = 64 - jb
-    c1, c2 = _U(0x9E3779B97F4A7C15), _U(0xC2B2AE3D27D4EB4F)
-
-    rl = lcell[rt]
-    pre_jk = (g.h[pre] + rl.astype(np.uint64) * c1 + (rp // bsize[rl]).astype(np.uint64) * c2) >> _U(low)
-    # Pivot replicas: one per (length cell, position cell) a partner's copy can fall in.
-    st = g.text_of(piv)
-    sp = piv - g.offs[st]
-    k = kup[st]
-    c_lo = np.floor(np.log(np.maximum(lens[st] - k, 1)) / width).astype(np.int64)
-    c_hi = np.floor(np.log(np.maximum(lmax[st], 1)) / width).astype(np.int64)
-    pc_of, c = _expand(c_lo, c_hi - c_lo + 1)  # (pivot, length cell)
-    b = bsize[c]
-    p_lo = np.maximum(sp[pc_of] - k[pc_of], 0) // b
-    p_hi = (sp[pc_of] + k[pc_of]) // b
-    rep, cell = _expand(p_lo, p_hi - p_lo + 1)  # (pivot x length cell, position cell)
-    piv_of = pc_of[rep]
-    piv_jk = (g.h[piv[piv_of]] + c[rep].astype(np.uint64) * c1 + cell.astype(np.uint64) * c2) >> _U(low)
-    del pc_of, c, b, p_lo, p_hi, rep, cell
-    _stat("prefix_all", len(pre))
-    _stat("pivot_entries_all", len(piv_jk))
-    _stat("replicas_s")
-    # Drop entries whose join key the other side never has (a bitmap on the key's top bits).
-    tbits = min(jb, _SEEN_BITS)
-    seen = np.zeros(1 << tbits, dtype=np.bool_)
-    seen[(piv_jk >> _U(jb - tbits)).astype(np.int64)] = True
-    keep = seen[(pre_jk >> _U(jb - tbits)).astype(np.int64)]
-    rt, rp, pre_jk = rt[keep], rp[keep], pre_jk[keep]
-    seen[:] = False
-    seen[(pre_jk >> _U(jb - tbits)).astype(np.int64)] = True
-    keep = seen[(piv_jk >> _U(jb - tbits)).astype(np.int64)]
-    piv_jk, piv_of = piv_jk[keep], piv_of[keep]
-    del seen, keep
-    _stat("prefix", len(rt))
-    _stat("pivot_entries", len(piv_jk))
-    _stat("entries_s")
-    role = _U(1 << (tb + pb))
-    packed = np.concatenate(
-        [
-            (pre_jk << _U(low))
-            | (lastq[rt] << _U(1 + tb + pb))
-            | role
-            | (rt.astype(np.uint64) << _U(pb))
-            | (rp >> pshift).astype(np.uint64),
-            (piv_jk << _U(low))
-            | (lastq[st[piv_of]] << _U(1 + tb + pb))
-            | (st[piv_of].astype(np.uint64) << _U(pb))
-            | (sp[piv_of] >> pshift).astype(np.uint64),
-        ]
+    n = len(c.lens)
+    # Direction: x joins its pivots against y's prefix when (last, index) of x is smaller.
+    order = np.lexsort((np.arange(n), pv.last))
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    # Partner lengths the length filter allows: shorter ones down to len - K(len), longer
+    # ones up to the largest L with L - K(L) ≤ len.
+    reach = np.arange(len(ktab)) - ktab
+    lengths = np.stack([c.lens - ktab[c.lens], np.searchsorted(reach, c.lens, "right") - 1], 1)
+    bucket_bits = int(min(24, max(10, _bits(len(pv.pos)) - 1)))
+    max_raw = int(min(_FALLBACK * _band_pair_count(c.lens, ktab, t), np.iinfo(np.int64).max // 2))
+    a, b, entries, raw, complete = kernels.pivot_join(
+        c.code,
+        c.offs,
+        c.q,
+        c.level,
+        pv.pos,
+        pv.key,
+        pv.first,
+        pv.want,
+        pv.last,
+        rank,
+        pv.filterable,
+        ktab,
+        np.argsort(c.lens, kind="stable"),
+        np.ascontiguousarray(lengths),
+        bucket_bits,
+        max_raw,
     )
-    del pre_jk, piv_jk, rt, rp
-    packed.sort()
-    _stat("sort_s")
-
-    # For each pivot entry: the prefix entries after it in its join-key group (same gram and
-    # cells, last rank at least its own) are its partners.
-    is_pre = (packed & role) != 0
-    pv = np.flatnonzero(~is_pre)
-    jk = packed[pv] >> _U(low)
-    top = jk == (_ALL >> _U(low))  # the largest key cannot be incremented
-    group_end = np.searchsorted(packed, (jk + _U(1)) << _U(low), side="left")
-    group_end[top] = len(packed)
-    lo = pv - np.arange(len(pv), dtype=np.int64)  # prefix entries before each pivot entry
-    cnt = group_end - np.searchsorted(pv, group_end) - lo
-    keep2 = cnt > 0
-    lo, cnt = lo[keep2], cnt[keep2]
-    mask = _U((1 << (tb + pb)) - 1)
-    spay = packed[pv[keep2]] & mask
-    rpay = packed[is_pre] & mask
-    del packed, is_pre, pv, jk, group_end
-    raw = int(cnt.sum())
+    _stat("prefix", entries)
     _stat("raw", raw)
-    _stat("groups_s")
-    if raw == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    batches = np.searchsorted(np.cumsum(cnt), np.arange(1, raw // _BATCH + 1) * _BATCH)
-    edges = np.unique(np.concatenate([[0], batches, [len(cnt)]]))
-    if raw > _FALLBACK * _band_pair_count(lens, ktab, t):
-        return None
-    if len(edges) > 2 and (
-        n >= 1 << 24 or int(want.max()) >= 0xFFFF
-    ):  # the merge packs 24-bit ids, 16-bit counts
-        return None
-    # Count surviving pivots per (pivot text, prefix text), batch by batch (bounded memory):
-    # each batch's pairs are reduced to (pair, count) words, merged when they pile up.
-    multi = len(edges) > 2
-    counted: list[U64] = []
-    pending = merged_size = 0
-    for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
-        owner, index = _expand(lo[a:b], cnt[a:b])
-        sp_ = spay[a:b][owner]
-        rp_ = rpay[index]
-        del owner, index
-        s = (sp_ >> _U(pb)).astype(np.int64)
-        # Exact position filter (the pivot text's kup bounds every partner's K).
-        gap = np.abs((sp_ & _U((1 << pb) - 1)).astype(np.int64) - (rp_ & _U((1 << pb) - 1)).astype(np.int64))
-        ok = gap <= (kup[s] >> pshift) + (1 if pshift else 0)
-        pk: U64 = np.sort((s[ok].astype(np.uint64) << _U(32)) | (rp_[ok] >> _U(pb)))
-        del sp_, rp_, s, gap, ok
-        st2, cnt2 = _runs(pk)
-        up = pk[st2]
-        del pk
-        s, r = (up >> _U(32)).astype(np.int64), (up & _U(0xFFFFFFFF)).astype(np.int64)
-        ls, lr = lens[s], lens[r]
-        ok = (s != r) & (np.abs(ls - lr) <= ktab[np.maximum(ls, lr)]) & (last[s] <= last[r])
-        if not multi:
-            s, r, counts = s[ok], r[ok], cnt2[ok]
-            break
-        # pair (24 + 24 bits) and a 16-bit count in one word
-        word: U64 = np.bitwise_or((s[ok].astype(np.uint64) << _U(40)), (r[ok].astype(np.uint64) << _U(16)))
-        counted.append(np.bitwise_or(word, np.minimum(cnt2[ok], 0xFFFF).astype(np.uint64)))
-        pending += int(ok.sum())
-        if pending > max(2 * _BATCH, 2 * merged_size):  # geometric: each word is merged O(log) times
-            counted = [_merge_counts(counted)]
-            pending = merged_size = len(counted[0])
-    if multi:
-        merged = _merge_counts(counted)
-        s = (merged >> _U(40)).astype(np.int64)
-        r = ((merged >> _U(16)) & _U((1 << 24) - 1)).astype(np.int64)
-        counts = (merged & _U(0xFFFF)).astype(np.int64)
-    _stat("kept_pairs", len(s))
-    _stat("raw_s")
-    ok = counts >= want[s] - ktab[np.maximum(lens[s], lens[r])]
-    return s[ok], r[ok]
-
-
-def _merge_counts(parts: list[U64]) -> U64:
-    """Words ``pair << 16 | count``: one word per pair, counts added (capped at 65535)."""
-    words = np.sort(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
-    starts, _ = _runs(words >> _U(16))
-    if len(starts) == 0:
-        return words
-    total = np.minimum(np.add.reduceat((words & _U(0xFFFF)).astype(np.int64), starts), 0xFFFF)
-    out: U64 = np.bitwise_or((words[starts] >> _U(16)) << _U(16), total.astype(np.uint64))
-    return out
+    _stat("join_s")
+    return (a, b) if complete else None
 
 
 def _band_pair_count(lens: I64, ktab: I64, t: float) -> int:
@@ -850,16 +629,15 @@ def _contained_unique(texts: list[str], t: float, ratio: float, min_inner: int) 
     _stats_reset()
     if t > 0.0:
         q = _choose_q(2.0 * (1.0 - t))
-        g = _grams(texts, q)
+        c = _codes(texts, q)
+        g = _grams(c)
         budget = np.where(inner_ok, events, np.iinfo(np.int64).max // 4)
-        piv, want, last, filterable = _pivots(g, budget, _CONTAIN_ELL)
-        if _REFINE and len(piv) and n * longest <= 200_000_000:
-            piv, last = _bottleneck_pivots(g, piv, want, last, filterable)
-        _stat("pivots", len(piv))
+        pv = _pivots(c, budget, _CONTAIN_ELL)
+        _stat("pivots", len(pv.pos))
         _stat("pivots_s")
-        if len(piv):
-            cands.append(_diagonal_join(g, piv, want, events, ratio))
-        brute = inner_ok & ~filterable
+        if len(pv.pos):
+            cands.append(_diagonal_join(g, pv.pos, pv.want, events, ratio))
+        brute = inner_ok & ~pv.filterable
     else:
         brute = inner_ok
     if brute.any():
