@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from irforge.errors import ArtifactError
 
 MANIFEST = "manifest.json"
+FILES = "files"  # non-Parquet files published with an artifact (a search index)
 EXCLUDED = "excluded.parquet"
 PARQUET_COMPRESSION = "zstd"
 
@@ -51,6 +52,11 @@ class Artifact:
     @property
     def stage(self) -> str:
         return self.path.parent.name
+
+    @property
+    def files(self) -> Path:
+        """Folder of the artifact's non-Parquet files (may not exist: a stage writes none)."""
+        return self.path / FILES
 
     @property
     def parts(self) -> list[Path]:

@@ -16,7 +16,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from irforge.artifacts import (
     EXCLUDED,
+    FILES,
     MANIFEST,
     PARQUET_COMPRESSION,
     Artifact,
@@ -121,7 +122,15 @@ def run_stage(
         # A whole-input stage gets one chunk however large its input is.
         chunk_rows = _WHOLE if spec.whole_input else execution.chunk_rows
         resumed = _prepare_work_dir(work, fp, chunk_rows)
-        totals = _run_chunks(plan, work, chunk_rows, progress or NullProgress())
+        files = work / FILES
+        files.mkdir(exist_ok=True)
+        running = StagePlan(
+            spec,
+            replace(plan.context, files_dir=files, fingerprint=fp),
+            plan.upstream_fingerprints,
+            plan.inputs,
+        )
+        totals = _run_chunks(running, work, chunk_rows, progress or NullProgress())
         if resumed:
             log.warning("RESUMED %s/%s %s: %d finished chunk(s) kept", flow, spec.name, fp, resumed)
         tmp = store.new_tmp_dir(flow, spec.name, fp)
@@ -132,6 +141,8 @@ def run_stage(
                 excluded = [*excluded, extra]
             _write_artifact(spec, kept, excluded, tmp, execution.part_rows)
             totals.tables = _write_side_tables(spec, work, totals.chunks, tmp)
+            if any(files.iterdir()):
+                files.rename(tmp / FILES)
             wall = time.perf_counter() - started
             write_json_atomic(tmp / MANIFEST, _manifest(flow, plan, fp, material, totals, wall, resumed))
             artifact = store.publish(tmp, flow, spec.name, fp)

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from irforge.artifacts import ArtifactStore
 from irforge.config import ExecutionConfig, StrictModel, load_config
 from irforge.engine import StageOutcome, StagePlan, run_stage
-from irforge.errors import IrforgeError
+from irforge.errors import ConfigError, IrforgeError
 from irforge.progress import Progress
 from irforge.stage import StageContext, StageSpec
 
@@ -81,8 +81,16 @@ class Pipeline:
         plans: dict[str, StagePlan] = {}
         for spec in self.stages:
             stage_config = self.stage_config(config, spec.name)
-            if stage_config is None or any(u not in plans for u in spec.upstream):
+            if stage_config is None:
                 continue
+            missing = [u for u in spec.upstream if u not in plans]
+            if missing:  # configured, but it could never run: say so rather than skip it
+                raise ConfigError(
+                    f"stages.{spec.name} needs stage(s) {', '.join(missing)}: add "
+                    + " and ".join(f"stages.{u}" for u in missing)
+                    + " to the config, or remove stages."
+                    + spec.name
+                )
             context = StageContext(stage_config, base_dir)
             upstream = {u: plans[u].fingerprint for u in spec.upstream}
             plans[spec.name] = StagePlan.make(spec, context, upstream)

@@ -56,6 +56,11 @@ class StageContext(Generic[C]):
     # Where request caches of paid calls live (shared by runs and fingerprints: a cached
     # answer is reused whatever else changed); None while only planning.
     cache_dir: Path | None = None
+    # Where a stage writes files that are part of its artifact besides Parquet (a search
+    # index): they are published with it under ``<artifact>/files/`` (Artifact.files).
+    # Set only while the stage runs; kept across a resumed run like finished chunks.
+    files_dir: Path | None = None
+    fingerprint: str | None = None  # this stage's, while it runs (names external resources)
 
 
 @dataclass(frozen=True)

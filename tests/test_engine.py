@@ -285,3 +285,33 @@ def test_whole_input_stage_with_a_side_table(tmp_path: Path) -> None:
     assert artifact.manifest["tables"] == {"stats": 1}
     with pytest.raises(IrforgeError, match="has no table 'nope'"):
         artifact.read(table="nope")
+
+
+def test_files_a_stage_writes_are_published_with_its_artifact(tmp_path: Path) -> None:
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+    from irforge.stage import StageContext, TableSource
+
+    seen: list[Path | None] = []
+
+    def process(chunk: pa.Table, ctx: StageContext[NumbersConfig]) -> ChunkResult:
+        seen.append(ctx.files_dir)
+        assert ctx.files_dir is not None
+        # Appending per chunk: a resumed run finds the earlier chunks' lines.
+        with (ctx.files_dir / "ids.txt").open("a", encoding="utf-8") as out:
+            out.writelines(f"{i}\n" for i in chunk.column("id").to_pylist())
+        kept = chunk.append_column("value", chunk.column("id"))
+        return ChunkResult(kept, NUMBERS.excluded_schema.empty_table())
+
+    def source(ctx: object, _inputs: object) -> TableSource:
+        return TableSource(pa.table({"id": pa.array(range(25), pa.int64())}))
+
+    stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process, "source": source})
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
+    cfg = config()
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
+    store = ArtifactStore(tmp_path)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
+    artifact = execute_step(step, store, "toy", cfg.execution).artifact
+    assert len(seen) == 3 and len(set(seen)) == 1  # one folder for every chunk of the run
+    assert (artifact.files / "ids.txt").read_text(encoding="utf-8").split() == [str(i) for i in range(25)]
+    assert not any(p.name.startswith(".work") for p in artifact.path.parent.iterdir())

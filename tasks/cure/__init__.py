@@ -1,4 +1,5 @@
-"""The CURE flow's stages (CURE §2): ingest → parse → segment → filter; annotations → ... ."""
+"""The CURE flow's stages (CURE §2): ingest → parse → segment → filter; annotations → dedup →
+translate; embed → index → mine → corpus."""
 
 from __future__ import annotations
 
@@ -7,17 +8,25 @@ from typing import Any, Literal
 from irforge.config import StrictModel
 from irforge.pipeline import FlowConfig
 from irforge.stage import StageSpec
+from tasks.cure import corpus as corpus_stage
 from tasks.cure import dedup as dedup_stage
+from tasks.cure import embed as embed_stage
 from tasks.cure import filter as filter_stage
+from tasks.cure import index as index_stage
 from tasks.cure import ingest as ingest_stage
 from tasks.cure import intake as annotations_stage
+from tasks.cure import mine as mine_stage
 from tasks.cure import parse as parse_stage
 from tasks.cure import segment as segment_stage
 from tasks.cure import translate as translate_stage
+from tasks.cure.corpus import CorpusConfig
 from tasks.cure.dedup import DedupConfig
+from tasks.cure.embed import EmbedConfig
 from tasks.cure.filter import FilterConfig
+from tasks.cure.index import IndexConfig
 from tasks.cure.ingest import IngestConfig
 from tasks.cure.intake import AnnotationsConfig
+from tasks.cure.mine import MineConfig
 from tasks.cure.parse import ParseConfig
 from tasks.cure.segment import SegmentConfig
 from tasks.cure.translate import TranslateConfig
@@ -32,6 +41,10 @@ class CureStages(StrictModel):
     annotations: AnnotationsConfig | None = None
     dedup: DedupConfig | None = None
     translate: TranslateConfig | None = None
+    embed: EmbedConfig | None = None
+    index: IndexConfig | None = None
+    mine: MineConfig | None = None
+    corpus: CorpusConfig | None = None
 
 
 class CureConfig(FlowConfig):
@@ -47,4 +60,8 @@ STAGES: tuple[StageSpec[Any], ...] = (
     annotations_stage.SPEC,
     dedup_stage.SPEC,
     translate_stage.SPEC,
+    embed_stage.SPEC,
+    index_stage.SPEC,
+    mine_stage.SPEC,
+    corpus_stage.SPEC,
 )

@@ -1,0 +1,171 @@
+"""The encoder port: what the embedding and dense-retrieval stages need from a text encoder.
+
+An :class:`Encoder` turns texts into unit-length float32 vectors, one row per text, so that
+a dot product is the cosine similarity (what the search port's kNN expects). Two kinds of
+text are told apart because instruction-tuned retrievers encode them differently:
+
+- ``kind="query"`` prepends the encoder's *query prefix*, ``kind="passage"`` its *passage
+  prefix*. A prefix is prepended verbatim (include the trailing space) and counts towards
+  the model's sequence length.
+- BGE v1.5 (``BAAI/bge-*-en-v1.5``) recommends :data:`BGE_QUERY_INSTRUCTION` on short queries
+  that retrieve passages, and no prefix on the passages; the model card says v1.5 also works
+  without it, at some cost in retrieval quality. E5 models want ``"query: "`` and
+  ``"passage: "``. all-MiniLM-L6-v2 was trained without instructions: use none.
+- Prefixes are configured, never guessed from the model name: a model's saved
+  sentence-transformers prompts are not applied unless configured as prefixes, so
+  :meth:`Encoder.describe` always says exactly what was prepended.
+
+:meth:`Encoder.describe` is the encoder's part of a stage fingerprint (DESIGN §4): the engine,
+the model id, its revision or a content digest of its local files, the dimensions, the
+normalisation, both prefixes and the maximum sequence length. It never holds a credential,
+and leaves out what only changes where or how fast the work runs (device, batch size,
+server URL, timeouts), so a fingerprint is portable between a laptop and the GPU host.
+Queries and passages are comparable only when both were encoded under equal descriptions
+apart from the prefixes.
+
+Texts must be non-empty strings. An empty passage or query is an upstream bug, and servers
+disagree on it (OpenAI answers 400, a local model returns a meaningless vector), so both
+adapters refuse it the same way, naming the position.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from irforge.errors import IrforgeError
+
+F32 = npt.NDArray[np.float32]
+Kind = Literal["query", "passage"]
+KINDS: tuple[Kind, ...] = ("query", "passage")
+
+ProgressFn = Callable[[int, int], None]
+"""``on_batch(done, total)``: called after each batch with the number of texts encoded so far
+in this :meth:`Encoder.encode` call and the number of texts it was given."""
+
+BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
+"""The query instruction BGE v1.5 English models recommend for short-query passage retrieval."""
+
+NORMALIZATION = "l2"
+"""What every encoder does to its output rows; recorded in :meth:`Encoder.describe`."""
+
+UNIT_NORM_TOLERANCE = 1e-4
+"""How far from 1 a row's float32 norm may be after normalisation (float32 rounding is ~1e-7)."""
+
+
+class EncoderError(IrforgeError):
+    """An encoder cannot be built or refused a request; the message says what to do.
+
+    Never contains a credential.
+    """
+
+
+class EncoderUnavailable(EncoderError):
+    """The model or the server cannot be reached here (not downloaded, no network, server down,
+    still failing after the client's retries); the message names it and how to fix that."""
+
+
+class Encoder(Protocol):
+    """A text encoder producing unit-normalised float32 vectors.
+
+    Attributes are read-only properties, so an adapter may compute one on first use (the
+    remote encoder learns ``dims`` from the server when it is not configured). For the same
+    reason this protocol is not ``runtime_checkable``: on Python 3.11 an ``isinstance`` check
+    would evaluate those properties.
+    """
+
+    @property
+    def name(self) -> str:
+        """The engine: ``"sentence-transformers"`` or ``"openai-embeddings"``."""
+        ...
+
+    @property
+    def model_id(self) -> str:
+        """The model as configured: a hub id, a served model name, or a local directory's name."""
+        ...
+
+    @property
+    def revision(self) -> str | None:
+        """The model's revision (a hub commit) when known; None for local files and unknown revisions."""
+        ...
+
+    @property
+    def dims(self) -> int:
+        """Length of every vector :meth:`encode` returns."""
+        ...
+
+    def encode(self, texts: Sequence[str], *, kind: Kind, on_batch: ProgressFn | None = None) -> F32:
+        """Encode ``texts`` (non-empty strings) as a C-contiguous float32 ``[len(texts), dims]``
+        array of unit-length rows, in input order; ``[]`` gives a ``(0, dims)`` array."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What enters a fingerprint: JSON-serialisable, stable across instances, no credential."""
+        ...
+
+
+def check_kind(kind: str) -> Kind:
+    if kind == "query":
+        return "query"
+    if kind == "passage":
+        return "passage"
+    raise EncoderError(f"unknown text kind {kind!r}: use 'query' or 'passage'")
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """``texts`` as a list; :class:`EncoderError` naming the first item that is not a non-empty string."""
+    if isinstance(texts, str):
+        raise EncoderError("encode() takes a sequence of texts, got one string: wrap it in a list")
+    out = list(texts)
+    for i, text in enumerate(out):
+        if not isinstance(text, str):
+            raise EncoderError(
+                f"text #{i} is {type(text).__name__}, not a string: drop or fill missing texts before encoding"
+            )
+        if not text.strip():
+            raise EncoderError(
+                f"text #{i} is empty or blank: drop it before encoding (an empty text has no meaningful vector)"
+            )
+    return out
+
+
+def empty(dims: int) -> F32:
+    return np.zeros((0, dims), dtype=np.float32)
+
+
+def batches(n: int, size: int) -> list[range]:
+    """``range(n)`` cut into consecutive ranges of at most ``size`` items."""
+    if size < 1:
+        raise ValueError("batch size must be positive")
+    return [range(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def normalise_rows(matrix: npt.ArrayLike, *, source: str) -> F32:
+    """A C-contiguous float32 copy of ``matrix`` (2-D) with every row scaled to unit length.
+
+    Norms are computed in float64 so that the float32 result is within rounding of 1.
+    A row with a non-finite value or a zero norm has no direction: :class:`EncoderError`
+    naming ``source`` and the row, since a silent zero vector would rank arbitrarily.
+    """
+    m = np.asarray(matrix, dtype=np.float64)
+    if m.ndim != 2:
+        raise EncoderError(f"{source} returned an array of shape {m.shape}, expected [texts, dims]")
+    finite = np.isfinite(m).all(axis=1)
+    if not finite.all():
+        raise EncoderError(
+            f"{source} returned a vector with NaN or infinite values for text #{int(np.argmin(finite))}: "
+            "the model or server is broken (a half-precision overflow?); report it"
+        )
+    norms = np.linalg.norm(m, axis=1)
+    # A norm below this cannot be scaled to 1 without amplifying noise: treat it as zero.
+    tiny = norms <= math.sqrt(np.finfo(np.float32).tiny)
+    if tiny.any():
+        raise EncoderError(
+            f"{source} returned a zero vector for text #{int(np.argmax(tiny))}: it has no direction to "
+            "rank by; check that text and the model"
+        )
+    return np.ascontiguousarray(m / norms[:, None], dtype=np.float32)
