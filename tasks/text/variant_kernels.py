@@ -196,27 +196,22 @@ def _pivot_join(
 ) -> tuple[I64, I64, int, int, int]:
     """Candidate pairs (x, y) among filterable texts, x the one of lower ``rank``.
 
-    A sort-merge join, because random memory access, not arithmetic, is what costs here.
-    Both sides are counting-sorted into the same hash buckets, each bucket in text-length
-    order (texts are filled in ``by_length`` order): the *entries* are the prefix of
-    every y (grams with key ≤ ``last[y]`` that some pivot also has, by a bitmap of pivot
-    hashes), the *probes* are the pivots of every x. Buckets are then merged one by one,
-    reading both sides sequentially: for each pivot the shortest partner length
-    ``partner_lengths[x, 0]`` only grows along the bucket, so a cursor skips the entries
-    too short, and the scan stops past the longest partner length. An entry of text y
-    matches when it has the pivot's gram, rank(y) > rank(x) (so last(x) ≤ last(y)), the
-    exact length filter holds and the positions differ by at most
-    ``K = ktab[max(len x, len y)]``; a pivot matches a text at most once (a text's entries
-    are contiguous in a bucket). Matches (x, y) are then grouped by x (a counting sort)
-    and counted; pairs with at least ``want[x] - K`` matches are the candidates. Returns
-    (x, y, index entries, entries scanned, 1 if completed else 0 — it stops once
-    ``max_raw`` entries were scanned).
+    The prefix of y (every gram with key ≤ ``last[y]`` that some pivot also has, by a
+    bitmap of pivot hashes) goes into an inverted index by hash bucket: a counting sort
+    with texts filled in ``by_length`` order, so each bucket is sorted by text length. The
+    texts x are then taken by increasing length, so the shortest partner length
+    ``partner_lengths[x, 0]`` only grows and a cursor per bucket skips the entries too
+    short for every later x. Each pivot of x scans its bucket from the cursor up to the
+    longest partner length; an entry of text y counts once per pivot when it has the
+    pivot's gram, rank(y) > rank(x) (so last(x) ≤ last(y)), the exact length filter holds
+    and the positions differ by at most ``K = ktab[max(len x, len y)]``. Pairs with at
+    least ``want[x] - K`` pivots counted are candidates. Returns (x, y, index entries,
+    entries scanned, 1 if completed else 0 — it stops once ``max_raw`` were scanned).
     """
     n = offs.shape[0] - 1
     lens = offs[1:] - offs[:-1]
-    nb = 1 << bucket_bits
     hash_mask = np.uint64((1 << 56) - 1)
-    shift = np.uint64(64 - bucket_bits)
+    bucket_mask = np.uint64((1 << bucket_bits) - 1)
     low32 = np.uint64(0xFFFFFFFF)
     seen_mask = np.uint64((1 << 23) - 1)
     seen = np.zeros(1 << 17, dtype=np.uint64)  # 2**23 bits (1 MB): which hashes some pivot has
@@ -225,19 +220,22 @@ def _pivot_join(
         seen[bit >> np.uint64(6)] |= np.uint64(1) << (bit & np.uint64(63))
     keys = np.empty(lens.max() + 1, dtype=np.uint64)
 
-    # Entries: one 16-byte row (low hash bits << 32 | position, text) per prefix gram.
-    estart = np.zeros(nb + 1, dtype=np.int64)
+    # head[b] = (first unread entry, end) of bucket b; an entry is one 16-byte row, (low
+    # hash bits << 32 | position, text), so a probe costs two cache misses, not five.
+    head = np.zeros((1 << bucket_bits, 2), dtype=np.int64)
     for y in range(n):
         if filterable[y]:
             m = _text_keys(code, offs[y], offs[y + 1], q, level, keys)
             for p in range(m):
                 bit = (keys[p] >> np.uint64(32)) & seen_mask
                 if keys[p] <= last[y] and seen[bit >> np.uint64(6)] & (np.uint64(1) << (bit & np.uint64(63))):
-                    estart[((keys[p] & hash_mask) * _M1 >> shift) + np.uint64(1)] += 1
-    for b in range(nb):
-        estart[b + 1] += estart[b]
-    total = estart[nb]
-    fill = estart[:-1].copy()
+                    head[((keys[p] & hash_mask) >> np.uint64(32)) & bucket_mask, 1] += 1
+    total = 0
+    for b in range(head.shape[0]):
+        c = head[b, 1]
+        head[b, 0] = total
+        total += c
+        head[b, 1] = head[b, 0]  # the fill pointer until the fill is done, then the end
     entry = np.empty((total, 2), dtype=np.int64)
     for y in by_length:
         if filterable[y]:
@@ -245,108 +243,64 @@ def _pivot_join(
             for p in range(m):
                 bit = (keys[p] >> np.uint64(32)) & seen_mask
                 if keys[p] <= last[y] and seen[bit >> np.uint64(6)] & (np.uint64(1) << (bit & np.uint64(63))):
-                    b = (keys[p] & hash_mask) * _M1 >> shift
-                    entry[fill[b], 0] = np.int64((keys[p] & low32) << np.uint64(32)) | p
-                    entry[fill[b], 1] = y
-                    fill[b] += 1
+                    b = ((keys[p] & hash_mask) >> np.uint64(32)) & bucket_mask
+                    e = head[b, 1]
+                    head[b, 1] += 1
+                    entry[e, 0] = np.int64((keys[p] & low32) << np.uint64(32)) | p
+                    entry[e, 1] = y
 
-    # Probes: pivot indexes by bucket, texts by length within a bucket.
-    owner = np.empty(pkey.shape[0], dtype=np.int64)
-    pstart = np.zeros(nb + 1, dtype=np.int64)
-    for x in range(n):
-        for j in range(first[x], first[x + 1]):
-            owner[j] = x
-            pstart[((pkey[j] & hash_mask) * _M1 >> shift) + np.uint64(1)] += 1
-    for b in range(nb):
-        pstart[b + 1] += pstart[b]
-    pfill = pstart[:-1].copy()
-    probe = np.empty(pkey.shape[0], dtype=np.int64)
-    for x in by_length:
-        for j in range(first[x], first[x + 1]):
-            b = (pkey[j] & hash_mask) * _M1 >> shift
-            probe[pfill[b]] = j
-            pfill[b] += 1
-
-    # Merge, bucket by bucket.
-    pos_mask = np.int64(0xFFFFFFFF)
-    match_x = np.empty(1 << 16, dtype=np.int32)
-    match_y = np.empty(1 << 16, dtype=np.int32)
-    matches = 0
+    count = np.zeros(n, dtype=np.int64)
+    stamp = np.full(n, -1, dtype=np.int64)
+    touched = np.empty(n, dtype=np.int64)
+    out_x = np.empty(1024, dtype=np.int64)
+    out_y = np.empty(1024, dtype=np.int64)
+    found = 0
     raw = 0
-    for b in range(nb):
-        lo, end = estart[b], estart[b + 1]
-        if lo == end:
+    pos_mask = np.int64(0xFFFFFFFF)
+    for x in by_length:
+        if not filterable[x]:
             continue
-        for i in range(pstart[b], pstart[b + 1]):
-            j = probe[i]
-            x = owner[j]
-            lx = lens[x]
-            rx = rank[x]
-            shortest, longest = partner_lengths[x, 0], partner_lengths[x, 1]
+        lx = lens[x]
+        rx = rank[x]
+        shortest, longest = partner_lengths[x, 0], partner_lengths[x, 1]
+        nt = 0
+        for j in range(first[x], first[x + 1]):
             hp = np.int64((pkey[j] & low32) << np.uint64(32))
             sp = ppos[j] - offs[x]
-            while lo < end and lens[entry[lo, 1]] < shortest:
-                lo += 1
-            if matches + (end - lo) > match_x.shape[0]:  # room for every entry in reach
-                grow = max(matches, end - lo)
-                match_x = np.concatenate((match_x, np.empty(grow, dtype=np.int32)))
-                match_y = np.concatenate((match_y, np.empty(grow, dtype=np.int32)))
-            previous = -1
-            e = lo
-            # Branch-free test and append: the outcomes are unpredictable, mispredictions
-            # cost more than always computing every condition.
+            b = ((pkey[j] & hash_mask) >> np.uint64(32)) & bucket_mask
+            e = head[b, 0]
+            end = head[b, 1]
+            while e < end and lens[entry[e, 1]] < shortest:
+                e += 1
+            head[b, 0] = e
             while e < end:
+                word = entry[e, 0]
                 y = entry[e, 1]
                 ly = lens[y]
                 if ly > longest:
                     break
-                word = entry[e, 0]
-                k = ktab[max(lx, ly)]
-                ok = (
-                    ((word & ~pos_mask) == hp)
-                    & (y != previous)
-                    & (rank[y] > rx)
-                    & (abs(lx - ly) <= k)
-                    & (abs(sp - (word & pos_mask)) <= k)
-                )
-                match_x[matches] = x
-                match_y[matches] = y
-                matches += ok
-                previous = y if ok else previous
+                raw += 1
+                if (word & ~pos_mask) == hp and rank[y] > rx and stamp[y] != j:
+                    k = ktab[max(lx, ly)]
+                    if abs(lx - ly) <= k and abs(sp - (word & pos_mask)) <= k:
+                        stamp[y] = j
+                        if count[y] == 0:
+                            touched[nt] = y
+                            nt += 1
+                        count[y] += 1
                 e += 1
-            raw += e - lo
+        for m in range(nt):
+            y = touched[m]
+            if count[y] >= want[x] - ktab[max(lx, lens[y])]:
+                if found == out_x.shape[0]:
+                    out_x = np.concatenate((out_x, np.empty(found, dtype=np.int64)))
+                    out_y = np.concatenate((out_y, np.empty(found, dtype=np.int64)))
+                out_x[found] = x
+                out_y[found] = y
+                found += 1
+            count[y] = 0
         if raw > max_raw:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), total, raw, 0
-
-    # Count matches per pair: group by x, then a dense counter over y.
-    mstart = np.zeros(n + 1, dtype=np.int64)
-    for m in range(matches):
-        mstart[match_x[m] + 1] += 1
-    for x in range(n):
-        mstart[x + 1] += mstart[x]
-    mfill = mstart[:-1].copy()
-    grouped = np.empty(matches, dtype=np.int32)
-    for m in range(matches):
-        grouped[mfill[match_x[m]]] = match_y[m]
-        mfill[match_x[m]] += 1
-    count = np.zeros(n, dtype=np.int64)
-    out_x = np.empty(1024, dtype=np.int64)
-    out_y = np.empty(1024, dtype=np.int64)
-    found = 0
-    for x in range(n):
-        for m in range(mstart[x], mstart[x + 1]):
-            count[grouped[m]] += 1
-        for m in range(mstart[x], mstart[x + 1]):
-            y = grouped[m]
-            if count[y] > 0:
-                if count[y] >= want[x] - ktab[max(lens[x], lens[y])]:
-                    if found == out_x.shape[0]:
-                        out_x = np.concatenate((out_x, np.empty(found, dtype=np.int64)))
-                        out_y = np.concatenate((out_y, np.empty(found, dtype=np.int64)))
-                    out_x[found] = x
-                    out_y[found] = y
-                    found += 1
-                count[y] = 0  # reported (or not) once
+            return out_x[:found], out_y[:found], total, raw, 0
     return out_x[:found], out_y[:found], total, raw, 1
 
 

@@ -46,9 +46,10 @@ largest ``K`` over every partner length that the length filter allows.
    with x and y swapped. So every qualifying pair is found by joining the pivots of the
    text with the smaller ``(last, index)`` against the prefix of the other on equal
    grams, keeping matches with ``|pos_x - pos_y| ≤ K`` and the length filter, and
-   requiring ``≥ P(x) - K`` distinct pivots matched. The join is a sort-merge over hash
-   buckets, both sides ordered by text length inside a bucket
-   (:func:`variant_kernels.pivot_join`). Hash collisions only add candidates.
+   requiring ``≥ P(x) - K`` distinct pivots matched. The join is an inverted index of
+   the prefixes over hash buckets, each bucket ordered by text length, probed by the
+   pivots of texts taken by increasing length (:func:`variant_kernels.pivot_join`).
+   Hash collisions only add candidates.
 4. **Verification.** Candidates are scored with ``Levenshtein.normalized_similarity``
    and ``score_cutoff=t``, exactly as the oracle does.
 
@@ -579,7 +580,6 @@ def _pivot_join(c: _Codes, pv: _Pivots, ktab: I64, t: float) -> tuple[I64, I64] 
     # ones up to the largest L with L - K(L) ≤ len.
     reach = np.arange(len(ktab)) - ktab
     lengths = np.stack([c.lens - ktab[c.lens], np.searchsorted(reach, c.lens, "right") - 1], 1)
-    bucket_bits = int(min(24, max(10, _bits(len(pv.pos)) - 1)))
     max_raw = int(min(_FALLBACK * _band_pair_count(c.lens, ktab, t), np.iinfo(np.int64).max // 2))
     a, b, entries, raw, complete = kernels.pivot_join(
         c.code,
@@ -596,7 +596,7 @@ def _pivot_join(c: _Codes, pv: _Pivots, ktab: I64, t: float) -> tuple[I64, I64] 
         ktab,
         np.argsort(c.lens, kind="stable"),
         np.ascontiguousarray(lengths),
-        bucket_bits,
+        int(min(24, max(10, _bits(len(pv.pos)) - 1))),  # hash buckets: about two pivots each
         max_raw,
     )
     _stat("prefix", entries)
