@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import string
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,15 @@ def label_groups(labels: list[int]) -> set[frozenset[int]]:
     for i, label in enumerate(labels):
         groups.setdefault(label, set()).add(i)
     return {frozenset(g) for g in groups.values()}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _always_filter() -> Iterator[None]:
+    # Small inputs are scored exhaustively by design (cheaper than the filters); these
+    # tests are about the filters, so they run them whatever the input size.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(variants, "_SMALL_PAIRS", -1)
+        yield
 
 
 # ----------------------------------------------------------------------------- API basics
@@ -332,3 +342,17 @@ def test_join_and_its_brute_force_fallback_agree_with_the_oracle(
     assert similar_pairs(texts, 0.85) == similar_pairs_exhaustive(texts, 0.85)
     assert variants.STATS["pivots"] > 0
     assert ("brute_force_texts" in variants.STATS) == (fallback == 0.0)
+
+
+@needs_samples
+def test_small_inputs_are_scored_exhaustively_with_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(variants, "_SMALL_PAIRS", 100_000)  # the shipped default
+    rng = random.Random(3)
+    texts = [
+        typo(p, rng, rng.randint(0, 4)) for p in rng.sample(real_paragraphs(min_chars=80, max_chars=600), 30)
+    ]
+    texts += texts[:5]
+    assert similar_pairs(texts, 0.9) == similar_pairs_exhaustive(texts, 0.9)
+    assert variants.STATS["brute_force_texts"] > 0 and "pivots" not in variants.STATS
+    assert containments(texts, 0.95) == containments_exhaustive(texts, 0.95)
+    assert "pivots" not in variants.STATS

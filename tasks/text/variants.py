@@ -120,6 +120,7 @@ _CONTAIN_ELL = 8  # containments: pivots beyond E (each candidate needs this man
 _BATCH = 10_000_000  # raw matches handled per batch (bounds memory)
 _BLOCK_CELLS = 4_000_000  # brute force: pairs scored per cdist call
 _PAIR_CHUNK = 100_000  # candidate pairs scored per cpdist call
+_SMALL_PAIRS = 100_000  # at most this many length-eligible pairs: score them all, no filter
 _FALLBACK = 200.0  # the join gives up past this many index entries scanned per length-band pair
 
 #: Counts and timings of the last fast-path call (diagnostics for benchmarks; not thread-safe).
@@ -451,7 +452,10 @@ def _similar_unique(texts: list[str], t: float, ell: int = _ELL) -> tuple[I64, I
     _stats_reset()
     n = len(texts)
     lens = np.fromiter((len(x) for x in texts), dtype=np.int64, count=n)
-    if t <= 0.0:  # every pair qualifies
+    # Every pair qualifies (t ≤ 0), or so few pairs pass the length filter that scoring
+    # them all beats the filter's setup (and its one-off kernel compile after an install).
+    if t <= 0.0 or _band_pair_count(lens, t) <= _SMALL_PAIRS:
+        _stat("brute_force_texts", n)
         return _band_verify(texts, lens, np.ones(n, dtype=np.bool_), t)
     maxlen = int(lens.max())
     # Partner lengths allowed by the length filter: L - K(L) ≤ len (L the longer one).
@@ -580,7 +584,7 @@ def _pivot_join(c: _Codes, pv: _Pivots, ktab: I64, t: float) -> tuple[I64, I64] 
     # ones up to the largest L with L - K(L) ≤ len.
     reach = np.arange(len(ktab)) - ktab
     lengths = np.stack([c.lens - ktab[c.lens], np.searchsorted(reach, c.lens, "right") - 1], 1)
-    max_raw = int(min(_FALLBACK * _band_pair_count(c.lens, ktab, t), np.iinfo(np.int64).max // 2))
+    max_raw = int(min(_FALLBACK * _band_pair_count(c.lens, t), np.iinfo(np.int64).max // 2))
     a, b, entries, raw, complete = kernels.pivot_join(
         c.code,
         c.offs,
@@ -605,7 +609,7 @@ def _pivot_join(c: _Codes, pv: _Pivots, ktab: I64, t: float) -> tuple[I64, I64] 
     return (a, b) if complete else None
 
 
-def _band_pair_count(lens: I64, ktab: I64, t: float) -> int:
+def _band_pair_count(lens: I64, t: float) -> int:
     """How many pairs the length filter lets through (what brute force would score)."""
     sl = np.sort(lens)
     hi = np.searchsorted(sl, np.floor((sl + 1) / t * (1 + 1e-12)).astype(np.int64) + 1, side="right")
@@ -627,7 +631,12 @@ def _contained_unique(texts: list[str], t: float, ratio: float, min_inner: int) 
     events = np.floor(2.0 * lens * (1.0 - t) * (1.0 + 1e-12) + _SLACK).astype(np.int64)
     cands: list[tuple[I64, I64]] = []
     _stats_reset()
-    if t > 0.0:
+    brute = np.zeros(n, dtype=np.bool_)
+    if (
+        _eligible_pairs(lens, inner_ok, ratio) <= _SMALL_PAIRS
+    ):  # few pairs: check them all (see _similar_unique)
+        brute = inner_ok
+    elif t > 0.0:
         q = _choose_q(2.0 * (1.0 - t))
         c = _codes(texts, q)
         g = _grams(c)
@@ -675,6 +684,13 @@ def _contained_unique(texts: list[str], t: float, ratio: float, min_inner: int) 
     keep = scores >= cutoff
     _stat("verify_s")
     return o[keep], i[keep], scores[keep] / 100.0
+
+
+def _eligible_pairs(lens: I64, who: B1, ratio: float) -> int:
+    """How many (outer, inner) pairs the length rule allows for the inner texts in ``who``."""
+    sl = np.sort(lens)
+    lo = np.searchsorted(sl, lens[who] / ratio * (1 - 1e-12), side="left")
+    return int((len(sl) - lo).sum())
 
 
 def _ratio_pairs(lens: I64, who: B1, ratio: float) -> tuple[I64, I64]:
