@@ -31,7 +31,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import http.server
 import json
 import math
 import re
@@ -44,6 +43,8 @@ from types import TracebackType
 from typing import Any, Literal
 
 import pytest
+
+from tests.loopback import LoopbackServer, QuietHandler
 
 Fault = Literal[400, 401, 403, 404, 429, 500, 503, "drop"]
 WORD = re.compile(r"\w+", re.UNICODE)
@@ -250,46 +251,13 @@ class FakeEmbeddings:
         return self.mutate(payload) if self.mutate is not None else payload
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, address: tuple[str, int], handler: type[_Handler], fake: FakeEmbeddings) -> None:
-        if address[0] != "127.0.0.1":
-            raise ValueError("the fake embeddings server only serves loopback")
-        self.fake = fake
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._open_lock:
-            self._open.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._open_lock:
-            self._open.discard(request)
-        super().shutdown_request(request)
-
-    def close_all(self) -> None:
-        # Keep-alive connections of a client would otherwise outlive the server.
-        with self._open_lock:
-            sockets, self._open = list(self._open), set()
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+class _Server(LoopbackServer):
+    service = "fake embeddings"
+    fake: FakeEmbeddings
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out in separate writes
-    timeout = 10  # an idle keep-alive connection is closed after this
+class _Handler(QuietHandler):
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
     def do_GET(self) -> None:
         self._handle()

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import http.server
 import json
 import math
 import re
@@ -57,6 +56,8 @@ from types import TracebackType
 from typing import Any, Literal
 
 import pytest
+
+from tests.loopback import LoopbackServer, QuietHandler
 
 Fault = Literal[429, 500, 503, "drop"]
 
@@ -722,45 +723,13 @@ class FakeElasticsearch:
         return fused
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, address: tuple[str, int], handler: type[_Handler], fake: FakeElasticsearch) -> None:
-        if address[0] != "127.0.0.1":
-            raise ValueError("the fake Elasticsearch server only serves loopback")
-        self.fake = fake
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._open_lock:
-            self._open.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._open_lock:
-            self._open.discard(request)
-        super().shutdown_request(request)
-
-    def close_all(self) -> None:
-        with self._open_lock:
-            sockets, self._open = list(self._open), set()
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+class _Server(LoopbackServer):
+    service = "fake Elasticsearch"
+    fake: FakeElasticsearch
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    timeout = 10
+class _Handler(QuietHandler):
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
     def do_GET(self) -> None:
         self._handle()
