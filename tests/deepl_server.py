@@ -31,12 +31,11 @@ import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 
 import pytest
 
-from tests.loopback import LoopbackServer, QuietHandler
+from tests.loopback import LoopbackServer, LoopbackService, QuietHandler
 
 Fault = Literal[429, 456, 500, 503, "drop"]
 
@@ -112,8 +111,10 @@ def _parse_entries(entries: str, fmt: str) -> dict[str, str]:
     return out
 
 
-class FakeDeepL:
+class FakeDeepL(LoopbackService):
     """The server's state and controls; ``url`` is the base to give ``DeepLClient``."""
+
+    thread_name = "fake-deepl"
 
     def __init__(
         self,
@@ -132,34 +133,7 @@ class FakeDeepL:
         self._faults: list[_Fault] = []
         self._requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler, self)
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle --------------------------------------------------------------------
-
-    def start(self) -> FakeDeepL:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-deepl", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._httpd.close_all()
-        self._httpd.server_close()
-
-    def __enter__(self) -> FakeDeepL:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        self._listen(_Server, _Handler)
 
     # -- controls for tests -----------------------------------------------------------
 

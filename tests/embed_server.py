@@ -39,12 +39,11 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal
 
 import pytest
 
-from tests.loopback import LoopbackServer, QuietHandler
+from tests.loopback import LoopbackServer, LoopbackService, QuietHandler
 
 Fault = Literal[400, 401, 403, 404, 429, 500, 503, "drop"]
 WORD = re.compile(r"\w+", re.UNICODE)
@@ -96,8 +95,10 @@ def _error(message: str, type_: str, code: str | int | None = None) -> dict[str,
     return {"error": {"message": message, "type": type_, "param": None, "code": code}}
 
 
-class FakeEmbeddings:
+class FakeEmbeddings(LoopbackService):
     """The fake server. ``base_url`` is what an OpenAI client takes (``.../v1``)."""
+
+    thread_name = "fake-embeddings"
 
     def __init__(
         self,
@@ -121,38 +122,8 @@ class FakeEmbeddings:
         self._faults: list[_Fault] = []
         self._requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler, self)
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._listen(_Server, _Handler)
         self.base_url = f"{self.url}/v1"
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle --------------------------------------------------------------------
-
-    def start(self) -> FakeEmbeddings:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.02},
-            name="fake-embeddings",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._httpd.close_all()
-        self._httpd.server_close()
-
-    def __enter__(self) -> FakeEmbeddings:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     # -- controls for tests -----------------------------------------------------------
 

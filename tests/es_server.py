@@ -52,12 +52,11 @@ import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 
 import pytest
 
-from tests.loopback import LoopbackServer, QuietHandler
+from tests.loopback import LoopbackServer, LoopbackService, QuietHandler
 
 Fault = Literal[429, 500, 503, "drop"]
 
@@ -194,8 +193,10 @@ def _phrase_gaps(query: list[str], doc: list[str], slop: int) -> int | None:
     return best
 
 
-class FakeElasticsearch:
+class FakeElasticsearch(LoopbackService):
     """The server's state and controls; ``url`` is the base to give ``Elasticsearch``."""
+
+    thread_name = "fake-es"
 
     def __init__(
         self,
@@ -218,34 +219,7 @@ class FakeElasticsearch:
         self._query_faults: dict[str, _ItemFault] = {}
         self._requests: list[RecordedRequest] = []
         self._lock = threading.RLock()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler, self)
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle --------------------------------------------------------------------
-
-    def start(self) -> FakeElasticsearch:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-es", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._httpd.close_all()
-        self._httpd.server_close()
-
-    def __enter__(self) -> FakeElasticsearch:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+        self._listen(_Server, _Handler)
 
     # -- controls for tests -----------------------------------------------------------
 

@@ -7,7 +7,8 @@ import contextlib
 import http.server
 import socket
 import threading
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 
 class LoopbackServer(http.server.ThreadingHTTPServer):
@@ -56,3 +57,43 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+class LoopbackService:
+    """Lifecycle of a fake service: listen on an ephemeral loopback port, serve from a thread."""
+
+    thread_name = "fake-service"
+    url: str
+
+    def _listen(
+        self, server: type[LoopbackServer], handler: type[http.server.BaseHTTPRequestHandler]
+    ) -> None:
+        self._httpd = server(("127.0.0.1", 0), handler, self)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name=self.thread_name,
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._httpd.close_all()
+        self._httpd.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
