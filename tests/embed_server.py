@@ -230,12 +230,6 @@ class _Server(LoopbackServer):
 class _Handler(QuietHandler):
     server: _Server
 
-    def do_GET(self) -> None:
-        self._handle()
-
-    def do_POST(self) -> None:
-        self._handle()
-
     def _handle(self) -> None:
         fake = self.server.fake
         path = self.path.split("?", 1)[0]

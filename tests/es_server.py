@@ -705,21 +705,6 @@ class _Server(LoopbackServer):
 class _Handler(QuietHandler):
     server: _Server
 
-    def do_GET(self) -> None:
-        self._handle()
-
-    def do_HEAD(self) -> None:
-        self._handle()
-
-    def do_POST(self) -> None:
-        self._handle()
-
-    def do_PUT(self) -> None:
-        self._handle()
-
-    def do_DELETE(self) -> None:
-        self._handle()
-
     def _handle(self) -> None:
         fake = self.server.fake
         url = urllib.parse.urlsplit(self.path)

@@ -58,6 +58,28 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def _handle(self) -> None:
+        """Answer the request, whatever its method (each fake routes on method and path)."""
+        raise NotImplementedError
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_HEAD(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    def do_PUT(self) -> None:
+        self._handle()
+
+    def do_PATCH(self) -> None:
+        self._handle()
+
+    def do_DELETE(self) -> None:
+        self._handle()
+
 
 class LoopbackService:
     """Lifecycle of a fake service: listen on an ephemeral loopback port, serve from a thread."""
