@@ -55,6 +55,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pytest
+from rapidfuzz import process
+from rapidfuzz.distance import Levenshtein
 
 from tests.loopback import LoopbackServer, LoopbackService, QuietHandler
 
@@ -158,14 +160,12 @@ def tokens(text: str) -> list[str]:
     return re.findall(r"\w+", text.lower())
 
 
-def _edits(a: str, b: str) -> int:
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        current = [i]
-        for j, cb in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
-        previous = current
-    return previous[-1]
+def _within(term: str, doc_terms: set[str], edits: int) -> bool:
+    """Whether some term of the document is at most ``edits`` edits from ``term``."""
+    if term in doc_terms:
+        return True
+    found = process.extractOne(term, doc_terms, scorer=Levenshtein.distance, score_cutoff=edits)
+    return edits > 0 and found is not None
 
 
 def _auto_edits(term: str) -> int:
@@ -600,7 +600,8 @@ class FakeElasticsearch(LoopbackService):
                     gaps = _phrase_gaps(terms, doc, int(params.get("slop", 0)))
                     score = 0.0 if gaps is None else 1.0 / (1 + gaps)
                 elif params.get("fuzziness") == "AUTO":
-                    score = float(sum(any(_edits(q, t) <= _auto_edits(q) for t in doc) for q in set(terms)))
+                    vocabulary = set(doc)
+                    score = float(sum(_within(q, vocabulary, _auto_edits(q)) for q in set(terms)))
                 else:
                     score = float(len(set(terms) & set(doc)))
                 if score > 0:

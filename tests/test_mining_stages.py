@@ -138,3 +138,31 @@ def test_a_configured_stage_without_its_upstream_is_a_config_error(tmp_path: Pat
     broken = config.model_copy(update={"stages": config.stages.model_copy(update={"translate": None})})
     with pytest.raises(ConfigError, match=r"stages.mine needs stage\(s\) translate"):
         pipeline.plan(broken, DEMO.parent)
+
+
+def test_index_and_mine_speak_elasticsearch(
+    demo_run: dict[str, StageOutcome], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same stages with backend: elasticsearch, against a local server speaking ES's
+    # REST protocol through the official client (a real server: tests/test_search_conformance.py).
+    from tests.es_server import FakeElasticsearch
+
+    pipeline = get_pipeline("cure")
+    config = load_config(pipeline.config_type, DEMO)
+    stages = config.stages.model_copy(
+        update={"index": config.stages.index.model_copy(update={"backend": "elasticsearch"})}  # type: ignore[union-attr]
+    )
+    config = config.model_copy(update={"stages": stages})
+    store = ArtifactStore(tmp_path)
+    with FakeElasticsearch() as server:
+        monkeypatch.setenv("ES_URL", server.url)
+        steps = select_steps(pipeline, pipeline.plan(config, DEMO.parent), Selection(until="mine"), store)
+        runs = {s.name: execute_step(s, store, "cure", config.execution) for s in steps}
+        (info,) = runs["index"].artifact.read(table="index_info").to_pylist()
+        assert info["backend"] == "elasticsearch" and info["index_name"].startswith("irforge-cure-")
+        assert server.aliases["irforge-cure"] == {info["index_name"]}  # the alias points at the new index
+    assert runs["index"].artifact.read().num_rows == demo_run["embed"].artifact.read().num_rows
+    mined = runs["mine"].artifact.read()
+    queries = set(demo_run["annotations"].artifact.read(table="queries").column("query_id").to_pylist())
+    assert set(mined.column("query_id").to_pylist()) == queries
+    assert runs["index"].artifact.fingerprint != demo_run["index"].artifact.fingerprint
