@@ -45,24 +45,36 @@ _S56 = np.uint64(56)
 _TOP_LEVEL = 254  # rarity levels 0..254; 255 marks NO_GRAM
 
 
-def _gram_levels(code: U32, offs: I64, q: int, levels_per_doubling: float) -> U8:
-    """Rarity level of each 22-bit hash bucket: log-scaled count among every fourth gram."""
-    counts = np.zeros(1 << 22, dtype=np.int32)
+def _text_hashes_py(code: U32, a: int, b: int, q: int, out: U64) -> int:
+    """Hashes of the q-grams of ``code[a:b]`` into ``out[:m]``; returns m, the number of grams.
+
+    A polynomial of the code points mod 2**64, rolled along the text in O(1) a position,
+    then mixed so that every bit depends on every character.
+    """
+    if b - a < q:
+        return 0
     top = np.uint64(1)  # _M2 ** (q - 1): weight of the character leaving the window
     for _ in range(q - 1):
         top *= _M2
+    x = np.uint64(0)
+    for p in range(a, a + q):
+        x = x * _M2 + np.uint64(code[p])
+    for p in range(a, b - q + 1):
+        if p > a:
+            x = (x - np.uint64(code[p - 1]) * top) * _M2 + np.uint64(code[p + q - 1])
+        out[p - a] = _mix(x)
+    return b - a - q + 1
+
+
+def _gram_levels(code: U32, offs: I64, q: int, levels_per_doubling: float) -> U8:
+    """Rarity level of each 22-bit hash bucket: log-scaled count among every fourth gram."""
+    counts = np.zeros(1 << 22, dtype=np.int32)
+    hashes = np.empty(max(1, (offs[1:] - offs[:-1]).max()), dtype=np.uint64)
     for i in range(offs.shape[0] - 1):
-        a, b = offs[i], offs[i + 1]
-        if b - a < q:
-            continue
-        x = np.uint64(0)
-        for p in range(a, a + q):
-            x = x * _M2 + np.uint64(code[p])
-        for p in range(a, b - q + 1):
-            if p > a:
-                x = (x - np.uint64(code[p - 1]) * top) * _M2 + np.uint64(code[p + q - 1])
-            if p % 4 == 0:
-                counts[_mix(x) >> _S42] += 1
+        a = offs[i]
+        for j in range(_text_hashes(code, a, offs[i + 1], q, hashes)):
+            if (a + j) % 4 == 0:
+                counts[hashes[j] >> _S42] += 1
     level = np.empty(1 << 22, dtype=np.uint8)
     for bucket in range(1 << 22):
         level[bucket] = min(np.floor(levels_per_doubling * np.log2(counts[bucket] + 1.0)), _TOP_LEVEL)
@@ -79,21 +91,17 @@ def _mix_py(x: np.uint64) -> np.uint64:
 
 
 def _text_keys_py(code: U32, a: int, b: int, q: int, level: U8, out: U64) -> int:
-    """Keys of the grams of ``code[a:b]`` into ``out[:m]``; returns m, the number of grams."""
-    if b - a < q:
-        return 0
-    top = np.uint64(1)
-    for _ in range(q - 1):
-        top *= _M2
-    x = np.uint64(0)
-    for p in range(a, a + q):
-        x = x * _M2 + np.uint64(code[p])
-    for p in range(a, b - q + 1):
-        if p > a:
-            x = (x - np.uint64(code[p - 1]) * top) * _M2 + np.uint64(code[p + q - 1])
-        m = _mix(x)
-        out[p - a] = (np.uint64(level[m >> _S42]) << _S56) | (m >> _S8)
-    return b - a - q + 1
+    """Keys of the grams of ``code[a:b]`` into ``out[:m]`` (rarity level above 56 hash bits)."""
+    m: int = _text_hashes(code, a, b, q, out)
+    for j in range(m):
+        out[j] = (np.uint64(level[out[j] >> _S42]) << _S56) | (out[j] >> _S8)
+    return m
+
+
+def _in_prefix_py(key: np.uint64, last: np.uint64, seen: U64) -> bool:
+    """A gram in a text's prefix (key ≤ ``last``) that some pivot has (bit set in ``seen``)."""
+    bit = (key >> np.uint64(32)) & np.uint64((1 << 23) - 1)
+    return bool(key <= last and (seen[bit >> np.uint64(6)] & (np.uint64(1) << (bit & np.uint64(63)))) != 0)
 
 
 def _gram_keys(code: U32, offs: I64, q: int, level: U8) -> U64:
@@ -213,10 +221,9 @@ def _pivot_join(
     hash_mask = np.uint64((1 << 56) - 1)
     bucket_mask = np.uint64((1 << bucket_bits) - 1)
     low32 = np.uint64(0xFFFFFFFF)
-    seen_mask = np.uint64((1 << 23) - 1)
     seen = np.zeros(1 << 17, dtype=np.uint64)  # 2**23 bits (1 MB): which hashes some pivot has
     for j in range(pkey.shape[0]):
-        bit = (pkey[j] >> np.uint64(32)) & seen_mask
+        bit = (pkey[j] >> np.uint64(32)) & np.uint64((1 << 23) - 1)
         seen[bit >> np.uint64(6)] |= np.uint64(1) << (bit & np.uint64(63))
     keys = np.empty(lens.max() + 1, dtype=np.uint64)
 
@@ -227,8 +234,7 @@ def _pivot_join(
         if filterable[y]:
             m = _text_keys(code, offs[y], offs[y + 1], q, level, keys)
             for p in range(m):
-                bit = (keys[p] >> np.uint64(32)) & seen_mask
-                if keys[p] <= last[y] and seen[bit >> np.uint64(6)] & (np.uint64(1) << (bit & np.uint64(63))):
+                if _in_prefix(keys[p], last[y], seen):
                     head[((keys[p] & hash_mask) >> np.uint64(32)) & bucket_mask, 1] += 1
     total = 0
     for b in range(head.shape[0]):
@@ -241,8 +247,7 @@ def _pivot_join(
         if filterable[y]:
             m = _text_keys(code, offs[y], offs[y + 1], q, level, keys)
             for p in range(m):
-                bit = (keys[p] >> np.uint64(32)) & seen_mask
-                if keys[p] <= last[y] and seen[bit >> np.uint64(6)] & (np.uint64(1) << (bit & np.uint64(63))):
+                if _in_prefix(keys[p], last[y], seen):
                     b = ((keys[p] & hash_mask) >> np.uint64(32)) & bucket_mask
                     e = head[b, 1]
                     head[b, 1] += 1
@@ -311,7 +316,9 @@ def _compile(function: Callable[..., Any]) -> Callable[..., Any]:
 
 # Helpers first: a kernel resolves the compiled helpers it calls when it is compiled.
 _mix = _compile(_mix_py)
+_text_hashes = _compile(_text_hashes_py)
 _text_keys = _compile(_text_keys_py)
+_in_prefix = _compile(_in_prefix_py)
 _greedy_count = _compile(_greedy_count_py)
 gram_levels: Callable[[U32, I64, int, float], U8] = _compile(_gram_levels)
 gram_keys: Callable[[U32, I64, int, U8], U64] = _compile(_gram_keys)
