@@ -63,7 +63,7 @@ from bench.bench_dedup import SENTENCE, build_passages  # noqa: E402
 from bench.samples import sample_passages  # noqa: E402
 from tasks.search.embedded import EmbeddedBackend  # noqa: E402
 from tasks.search.fusion import rrf  # noqa: E402
-from tasks.search.port import F32, PASSAGE_SCHEMA, Hit  # noqa: E402
+from tasks.search.port import F32, PASSAGE_SCHEMA, Hit, vectors_column  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "search.json"
 TOKEN = re.compile(r"[^\W_]+")  # runs of letters/digits: what tantivy's simple tokenizer keeps
@@ -112,18 +112,14 @@ def make_queries(texts: Sequence[str], count: int, rng: random.Random) -> tuple[
 
 
 def batches(ids: list[str], texts: list[str], vectors: F32, size: int = 10_000) -> Iterator[pa.RecordBatch]:
-    dims = vectors.shape[1]
     for at in range(0, len(ids), size):
-        block = np.ascontiguousarray(vectors[at : at + size])
+        block = vectors[at : at + size]
         yield pa.RecordBatch.from_arrays(
             [
                 pa.array(ids[at : at + size], pa.string()),
                 pa.array([f"article-{int(p[2:]) // 20:06d}" for p in ids[at : at + size]], pa.string()),
                 pa.array(texts[at : at + size], pa.string()),
-                pa.ListArray.from_arrays(
-                    pa.array(np.arange(0, (len(block) + 1) * dims, dims, dtype=np.int32)),
-                    pa.array(block.reshape(-1)),
-                ),
+                vectors_column(block),
             ],
             schema=PASSAGE_SCHEMA,
         )

@@ -31,6 +31,7 @@ from irforge.stage import ChunkResult, StageContext, StageSpec, exclusion_schema
 from tasks.embed.local import SentenceTransformerEncoder, builtin_model_path, model_files_digest
 from tasks.embed.port import Encoder
 from tasks.embed.remote import OpenAIEmbeddingsEncoder
+from tasks.search.port import vectors_column
 
 
 class EncoderConfig(StrictModel):
@@ -97,13 +98,6 @@ def encoder_for(config: EncoderConfig) -> Encoder:
     )
 
 
-def vectors_column(vectors: np.ndarray[Any, np.dtype[np.float32]]) -> pa.Array:
-    """A float32 matrix as a list<float32> column, without a Python object per number."""
-    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), pa.float32())
-    offsets = pa.array(np.arange(0, len(flat) + 1, max(1, vectors.shape[1]), dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, flat)
-
-
 def process(chunk: pa.Table, ctx: StageContext[EmbedConfig]) -> ChunkResult:
     texts = chunk.column("text").to_pylist()
     empty = np.array([not (t or "").strip() for t in texts], dtype=np.bool_)
@@ -115,7 +109,7 @@ def process(chunk: pa.Table, ctx: StageContext[EmbedConfig]) -> ChunkResult:
             "passage_id": full.column("passage_id"),
             "article_id": full.column("article_id"),
             "text": full.column("text"),
-            "vector": vectors_column(vectors) if full.num_rows else pa.array([], pa.list_(pa.float32())),
+            "vector": vectors_column(vectors),
         },
         schema=SCHEMA,
     )

@@ -13,8 +13,9 @@ Two backends behind one port (:mod:`tasks.search.port`):
 One chunk (the whole input): a bulk load is only searchable once finished, and both
 backends make a repeated load idempotent (documents keyed by passage id), so a crashed
 load simply runs again. Output: one row per indexed passage (``passage_id``,
-``article_id``, ``backend``); a passage the engine refused is excluded with the engine's
-reason (``invalid_vector``, ``index_error``). Side table ``index_info``: backend, index
+``article_id``, ``backend``); a passage the engine refused is excluded as
+``refused_by_engine``, the engine's own reason (bad vector, mapping error, ...) in
+``detail``. Side table ``index_info``: backend, index
 name, alias, dims, passages.
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field
 
 from irforge.artifacts import Artifact
@@ -67,10 +69,9 @@ EMBEDDED_DIR = "embedded"
 
 
 def _dims(table: pa.Table) -> int:
-    for vector in table.column("vector").to_pylist():
-        if vector:
-            return len(vector)
-    return 0
+    """The vectors' dimensions (the longest; a row of another length is the engine's to refuse)."""
+    longest = pc.max(pc.list_value_length(table.column("vector"))).as_py()
+    return int(longest or 0)
 
 
 def _batches(table: pa.Table, rows: int) -> Iterator[pa.RecordBatch]:
@@ -104,7 +105,7 @@ def process(chunk: pa.Table, ctx: StageContext[IndexConfig]) -> ChunkResult:
     failed = dict(report.failed)
     ok = pa.array([pid not in failed for pid in chunk.column("passage_id").to_pylist()])
     indexed = chunk.filter(ok)
-    refused = chunk.filter(pa.compute.invert(ok))
+    refused = chunk.filter(pc.invert(ok))
     kept = pa.table(
         {
             "passage_id": indexed.column("passage_id"),
@@ -116,7 +117,7 @@ def process(chunk: pa.Table, ctx: StageContext[IndexConfig]) -> ChunkResult:
     reasons = [failed[pid] for pid in refused.column("passage_id").to_pylist()]
     excluded = pa.table(
         {
-            "reason": pa.array([_reason(r) for r in reasons], pa.string()),
+            "reason": pa.array(["refused_by_engine"] * refused.num_rows, pa.string()),
             "detail": pa.array(reasons, pa.string()),
             "passage_id": refused.column("passage_id"),
         },
@@ -133,14 +134,6 @@ def process(chunk: pa.Table, ctx: StageContext[IndexConfig]) -> ChunkResult:
         schema=INFO_SCHEMA,
     )
     return ChunkResult(kept, excluded, {"index_info": info})
-
-
-def _reason(detail: str) -> str:
-    """A short reason code from a backend's failure text (the full text stays in ``detail``)."""
-    lowered = detail.lower()
-    if "vector" in lowered or "dims" in lowered or "nan" in lowered or "norm" in lowered:
-        return "invalid_vector"
-    return "index_error"
 
 
 def open_index(artifact: Artifact) -> SearchBackend:

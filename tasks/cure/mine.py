@@ -32,7 +32,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import pyarrow as pa
 from pydantic import Field, model_validator
 
@@ -132,18 +131,6 @@ def _articles(path: Path) -> dict[str, str]:
     )
 
 
-def _run(
-    backend: SearchBackend, texts: list[str], vectors: np.ndarray[Any, Any], lexical: str, config: MineConfig
-) -> list[list[Hit]]:
-    if lexical == "phrase":
-        return backend.phrase(texts, config.slop, config.k)
-    if lexical == "match":
-        return backend.bm25(texts, config.k)
-    if lexical == "fuzzy":
-        return backend.fuzzy(texts, config.k)
-    return backend.knn(vectors, config.k, config.num_candidates)
-
-
 def process(chunk: pa.Table, ctx: StageContext[MineConfig]) -> ChunkResult:
     config = ctx.config
     rows = chunk.to_pylist()
@@ -172,10 +159,13 @@ def process(chunk: pa.Table, ctx: StageContext[MineConfig]) -> ChunkResult:
             p = passages[start : start + config.batch_queries]
             qv = encoder.encode(q, kind="query")
             pv = encoder.encode(p, kind="passage")
-            runs["query_lexical"] += _run(backend, q, qv, config.query_retriever, config)
-            runs["passage_fuzzy"] += _run(backend, p, pv, "fuzzy", config)
-            runs["query_knn"] += _run(backend, q, qv, "knn", config)
-            runs["passage_knn"] += _run(backend, p, pv, "knn", config)
+            if config.query_retriever == "phrase":
+                runs["query_lexical"] += backend.phrase(q, config.slop, config.k)
+            else:
+                runs["query_lexical"] += backend.bm25(q, config.k)
+            runs["passage_fuzzy"] += backend.fuzzy(p, config.k)
+            runs["query_knn"] += backend.knn(qv, config.k, config.num_candidates)
+            runs["passage_knn"] += backend.knn(pv, config.k, config.num_candidates)
         for i, r in enumerate(rows):
             fused = rrf({name: runs[name][i] for name in RETRIEVERS}, k=config.rrf_k, top=config.top)
             if not fused:

@@ -105,6 +105,15 @@ class SearchBackend(Protocol):
     def close(self) -> None: ...
 
 
+def vectors_column(vectors: F32) -> pa.ListArray:
+    """A float32 matrix as the ``vector`` column of :data:`PASSAGE_SCHEMA`, with no Python
+    object per number."""
+    matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+    flat = pa.array(matrix.reshape(-1), pa.float32())
+    offsets = pa.array(np.arange(0, len(flat) + 1, max(1, matrix.shape[1]), dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, flat)
+
+
 def ranked(ids: Sequence[str], scores: Sequence[float], k: int) -> list[Hit]:
     """The top ``k`` of (id, score) pairs: score descending, ties by passage id ascending."""
     order = sorted(range(len(ids)), key=lambda i: (-scores[i], ids[i]))[:k]
