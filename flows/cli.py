@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
@@ -27,6 +29,9 @@ from irforge.errors import IrforgeError
 from irforge.runs import latest_fingerprints
 from irforge.status import flow_status
 from irforge.summary import rows_table, run_summary, status_table
+from tasks.cure import calibration
+from tasks.release.hub import push_release
+from tasks.report.html import write_report
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Build IR test collections as Prefect flows."
@@ -110,6 +115,8 @@ def run(
     )
     out.print(run_summary(flow, result.outcomes))
     out.print(f"run record: {result.record_path}", highlight=False)
+    if result.report_path is not None:
+        out.print(f"run report: {result.report_path}", highlight=False)
 
 
 @app.command()
@@ -194,6 +201,114 @@ def show(
     out.print(
         rows_table(f"{flow}/{stage} {artifact.fingerprint}: {table.num_rows} of {total} {what} rows", table)
     )
+
+
+def _fresh_artifact(flow: str, stage: str, config: Path | None, store: ArtifactStore) -> Artifact:
+    """The artifact of ``stage`` under the current config; an error if it was not computed yet."""
+    pipeline = get_pipeline(flow)
+    pipeline.spec(stage)
+    flow_config, base_dir = pipeline.load(config)
+    plans = pipeline.plan(flow_config, base_dir)
+    if stage not in plans:
+        raise IrforgeError(f"the {flow} config has no {stage} stage")
+    found = store.find(flow, stage, plans[stage].fingerprint)
+    if found is None:
+        raise IrforgeError(
+            f"{flow}/{stage} is not computed for this config: run `irforge run {flow} --until {stage}`"
+        )
+    return found
+
+
+@app.command()
+@_one_line_errors
+def calibrate(
+    flow: Annotated[str, typer.Argument(help="Flow name.")],
+    labels: Annotated[
+        Path,
+        typer.Option("--labels", help="Human grades: CSV or JSONL with query_id, passage_id, label (0/1/2)."),
+    ],
+    scale: Annotated[str, typer.Option("--scale", help="probability (sigmoid) or logit.")] = "probability",
+    relevant_min: Annotated[
+        int, typer.Option("--relevant-min", help="Grades at least this are relevant.")
+    ] = 1,
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the sweep CSV and the plot go.")] = Path(),
+    config: ConfigOpt = None,
+    artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
+) -> None:
+    """Sweep pool cut-offs on a labelled sample: relevant-rate minus irrelevant-rate, pool size, plot."""
+    if scale not in ("probability", "logit"):
+        raise IrforgeError(f"--scale must be probability or logit, not {scale!r}")
+    on: calibration.Scale = "probability" if scale == "probability" else "logit"
+    pool = _fresh_artifact(flow, "pool", config, ArtifactStore(artifacts.resolve()))
+    floor = float(pool.manifest["material"]["config"]["store_floor"])
+    result = calibration.calibrate(
+        pool.read(),
+        calibration.read_labels(labels),
+        scale=on,
+        floor=floor,
+        relevant_min=relevant_min,
+    )
+    pipeline = get_pipeline(flow)
+    flow_config, _ = pipeline.load(config)
+    judge = getattr(getattr(flow_config, "stages", None), "judge", None)
+    current = judge.pool.threshold if judge is not None and judge.pool.scale == scale else None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / "calibration.csv"
+    pacsv.write_csv(result.sweep, csv_path)
+    png = calibration.plot(result, out_dir / "calibration.png", scale=on, current=current)
+    rows = result.sweep.to_pylist()
+    best = max(range(len(rows)), key=lambda i: (rows[i]["criterion"], rows[i]["threshold"]))
+    shown = sorted({0, len(rows) - 1, *range(max(0, best - 3), min(len(rows), best + 4))})
+    out.print(
+        rows_table(f"{flow}/pool {pool.fingerprint}: cut-off sweep ({scale})", result.sweep.take(shown))
+    )
+    out.print(
+        f"best threshold {result.best_threshold:.4f} ({scale}); labelled pairs: {result.labelled_relevant} relevant, "
+        f"{result.labelled_irrelevant} irrelevant, {result.labelled_unscored} below the storage floor"
+        + (f"; configured {current:g}" if current is not None else ""),
+        highlight=False,
+    )
+    out.print(f"sweep: {csv_path}\nplot: {png}", highlight=False)
+
+
+@app.command()
+@_one_line_errors
+def release(
+    flow: Annotated[str, typer.Argument(help="Flow name.")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Copy the release folder here.")] = None,
+    push: Annotated[
+        str | None,
+        typer.Option("--push", help="Upload to this Hugging Face dataset repo (HF_TOKEN), one commit."),
+    ] = None,
+    private: Annotated[bool, typer.Option("--private", help="With --push: create the repo private.")] = False,
+    config: ConfigOpt = None,
+    artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
+) -> None:
+    """The release folder of the current config: print it, copy it (--out), or push it (--push)."""
+    artifact = _fresh_artifact(flow, "release", config, ArtifactStore(artifacts.resolve()))
+    folder = artifact.files / "release"
+    if out_dir is not None:
+        if out_dir.exists() and any(out_dir.iterdir()):
+            raise IrforgeError(f"--out {out_dir} exists and is not empty")
+        shutil.copytree(folder, out_dir, dirs_exist_ok=True)
+        out.print(f"release copied to {out_dir}", highlight=False)
+    if push is not None:
+        url = push_release(folder, push, token=os.environ.get("HF_TOKEN") or None, private=private)
+        out.print(f"pushed to {push}: {url}", highlight=False)
+    if out_dir is None and push is None:
+        out.print(str(folder), highlight=False)
+
+
+@app.command()
+@_one_line_errors
+def report(
+    flow: Annotated[str, typer.Argument(help="Flow name.")],
+    run_id: Annotated[str | None, typer.Option("--run", help="Run id (default: the latest run).")] = None,
+    artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
+) -> None:
+    """Write (again) the HTML report of a run and print its path."""
+    get_pipeline(flow)
+    out.print(str(write_report(artifacts.resolve(), flow, run_id)), highlight=False)
 
 
 def main() -> None:

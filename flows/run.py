@@ -6,6 +6,7 @@ Reuse is decided by the stage engine from content fingerprints, not by Prefect's
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,10 @@ from irforge.engine import StageOutcome
 from irforge.pipeline import Selection, Step, execute_step, select_steps
 from irforge.progress import RichProgress
 from irforge.runs import RunRecorder, new_run_id
+from tasks.llm.config import close_local_servers
+from tasks.report.html import write_report
+
+log = logging.getLogger("irforge")
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,7 @@ class RunResult:
     run_id: str
     record_path: Path
     outcomes: list[tuple[str, StageOutcome]]
+    report_path: Path | None
 
 
 @task(name="stage", cache_policy=NO_CACHE, persist_result=False)
@@ -65,9 +71,23 @@ def run_pipeline(flow_name: str, config: Path | None, artifacts: Path, selection
             outcomes.append((step.name, futures[step.name].result()))
     except BaseException:
         recorder.finish("failed")
+        _report(store, flow_name, recorder.run_id)
         raise
+    finally:
+        close_local_servers()  # the embedded LLM server lives as long as the run
     recorder.finish("completed")
-    return RunResult(flow_name, recorder.run_id, recorder.path, outcomes)
+    return RunResult(
+        flow_name, recorder.run_id, recorder.path, outcomes, _report(store, flow_name, recorder.run_id)
+    )
+
+
+def _report(store: ArtifactStore, flow_name: str, run_id: str) -> Path | None:
+    """The run's HTML report; a failure to draw it is logged, never fatal to the run."""
+    try:
+        return write_report(store.root, flow_name, run_id)
+    except Exception as exc:
+        log.warning("run report not written: %s: %s", type(exc).__name__, exc)
+        return None
 
 
 @flow(name="cure")

@@ -13,7 +13,8 @@ deps() {
   "$python" - <<'PY'
 import tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print("\n".join(p["dependencies"] + p["optional-dependencies"]["dev"]))
+extras = p["optional-dependencies"]
+print("\n".join(p["dependencies"] + extras["local-llm"] + extras["dev"]))
 PY
 }
 # Keyed by the lock and the dependency list only: editing other parts of pyproject.toml
@@ -29,8 +30,19 @@ if [ ! -f "$venv/.complete" ]; then
   # torch first, alone and pinned: a resolver that meets it later may reach for the
   # multi-GB CUDA wheels (reference/environment.md).
   "$venv/bin/pip" install -q -c constraints.txt torch 2>&1 | { grep -v "^WARNING: Location" >&2 || true; }
+  # llama-cpp-python has no wheel on PyPI: build one once (minutes) into a wheel cache
+  # outside the clone, with the flags that avoid the AMX segfault (reference/environment.md).
+  wheels="$cache/wheels"
+  llama=$(grep -i '^llama-cpp-python==' constraints.txt | cut -d= -f3)
+  if ! ls "$wheels"/llama_cpp_python-"$llama"-*.whl >/dev/null 2>&1; then
+    echo "setup: building llama-cpp-python $llama (once; several minutes)" >&2
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
+      "$venv/bin/pip" wheel -q --no-deps -w "$wheels" "llama-cpp-python==$llama" 2>&1 \
+      | { grep -v "^WARNING: Location" >&2 || true; }
+  fi
   # Dependencies only, pinned by the lock; the project itself is installed below.
-  "$venv/bin/pip" install -q -c constraints.txt -r <(deps) 2>&1 | { grep -v "^WARNING: Location" >&2 || true; }
+  "$venv/bin/pip" install -q --find-links "$wheels" -c constraints.txt -r <(deps) 2>&1 \
+    | { grep -v "^WARNING: Location" >&2 || true; }
   touch "$venv/.complete"
 fi
 # Editable install of this clone (no dependency resolution: seconds).

@@ -15,7 +15,7 @@ from irforge.config import load_config
 from irforge.engine import StageOutcome
 from irforge.errors import ConfigError
 from irforge.pipeline import Selection, execute_step, select_steps
-from tasks.cure.corpus import assign_domains
+from tasks.cure.corpus import annotation_passage_id, assign_domains
 from tests.conftest import REPO
 
 DEMO = REPO / "flows" / "configs" / "cure.yaml"
@@ -106,7 +106,7 @@ def test_corpus_puts_each_passage_in_one_domain_and_keeps_relevant_passages(
         assert r["n_words"] == len(r["text"].split())
     assert all(len(domains) == 1 for domains in articles.values())
     for r in demo_run["dedup"].artifact.read().to_pylist():
-        assert (r["canonical_corpus_passage_id"] or f"ann-{r['cluster_id']}") in ids
+        assert annotation_passage_id(r["cluster_id"], r["canonical_corpus_passage_id"]) in ids
     stats = {s["domain"]: s for s in corpus.read(table="domain_stats").to_pylist()}
     for domain, s in stats.items():
         mine = [r for r in rows if r["domain"] == domain]

@@ -16,7 +16,7 @@ annotators also marked its article (then the best-ranked claim wins, as for any 
 
 Input units: the ``filter`` stage's kept passages, plus every annotated relevant passage
 (``dedup`` representative) that is not among them: one that matched no corpus passage
-enters as a new passage ``ann-<cluster id>`` of its article, one whose corpus passage the
+enters as a new passage ``ann-<digest of its cluster id>`` of its article, one whose corpus passage the
 quality filter dropped comes back under that passage's id; both are flagged by ``origin``
 ``annotation``.
 Output: ``passage_id``, ``article_id``, ``domain``, ``title``, ``text``, ``origin``
@@ -28,6 +28,7 @@ in whitespace tokens — CURE's Table 5 columns).
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -84,6 +85,17 @@ EXCLUDED_SCHEMA = exclusion_schema(
 UNKNOWN_ARTICLE = "unknown-article"
 
 
+def annotation_passage_id(cluster_id: str, corpus_passage_id: str | None) -> str:
+    """The corpus id of an annotated passage: the corpus passage it matched, else ``ann-<digest>``.
+
+    A cluster id is a record key (``<export file>:<row>``): a path has no place in a
+    released id, so the new passage is named by a short digest of it.
+    """
+    if corpus_passage_id is not None:
+        return corpus_passage_id
+    return "ann-" + hashlib.blake2b(cluster_id.encode("utf-8"), digest_size=6).hexdigest()
+
+
 def _source(ctx: StageContext[CorpusConfig], _inputs: dict[str, Any]) -> TableSource:
     passages = ctx.upstream["filter"].read(columns=["passage_id", "article_id", "text"])
     rows = [{**r, "origin": "corpus"} for r in passages.to_pylist()]
@@ -91,8 +103,7 @@ def _source(ctx: StageContext[CorpusConfig], _inputs: dict[str, Any]) -> TableSo
     for r in ctx.upstream["dedup"].read().to_pylist():
         # A relevant passage must be in the corpus even when it matched no kept passage:
         # none at all (a new passage), or one the quality filter dropped (kept under its id).
-        linked = r["canonical_corpus_passage_id"]
-        passage_id = f"ann-{r['cluster_id']}" if linked is None else linked
+        passage_id = annotation_passage_id(r["cluster_id"], r["canonical_corpus_passage_id"])
         if passage_id not in ids:
             ids.add(passage_id)
             rows.append(

@@ -40,6 +40,7 @@ from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.cure.embed import EmbedConfig, encoder_for, resolved
 from tasks.cure.index import open_index
+from tasks.cure.queries import english_queries
 from tasks.search.fusion import rrf
 from tasks.search.port import Hit, SearchBackend
 
@@ -82,40 +83,16 @@ SCHEMA = pa.schema(
     ]
 )
 EXCLUDED_SCHEMA = exclusion_schema(pa.field("query_id", pa.string(), nullable=False))
-QUERIES_SCHEMA = pa.schema(
-    [
-        pa.field("query_id", pa.string(), nullable=False),
-        pa.field("domain", pa.string(), nullable=False),
-        pa.field("query_language", pa.string(), nullable=False),
-        pa.field("query_text", pa.string(), nullable=False),
-        pa.field("passage", pa.string()),
-    ]
-)
 
 
 def _queries(ctx: StageContext[MineConfig], _inputs: dict[str, Any]) -> TableSource:
-    english: dict[str, str] = {}
-    for row in ctx.upstream["translate"].read(columns=["query_id", "language", "text"]).to_pylist():
-        if row["language"] == "en":
-            english[row["query_id"]] = row["text"]
     passage: dict[str, str] = {}
     dedup = ctx.upstream["dedup"].read(columns=["record_key", "query_id", "canonical_passage"]).to_pylist()
     for row in sorted(dedup, key=lambda r: r["record_key"]):
         passage.setdefault(row["query_id"], row["canonical_passage"])
-    rows = []
-    for q in ctx.upstream["annotations"].read(table="queries").to_pylist():
-        en = english.get(q["query_id"])
-        rows.append(
-            {
-                "query_id": q["query_id"],
-                "domain": q["domain"],
-                "query_language": "en" if en is not None else q["language"],
-                "query_text": en if en is not None else q["text"],
-                "passage": passage.get(q["query_id"]),
-            }
-        )
-    rows.sort(key=lambda r: r["query_id"])
-    return TableSource(rows_to_table(rows, QUERIES_SCHEMA))
+    queries = english_queries(ctx.upstream["annotations"], ctx.upstream["translate"])
+    passages = pa.array([passage.get(q) for q in queries.column("query_id").to_pylist()], pa.string())
+    return TableSource(queries.append_column(pa.field("passage", pa.string()), passages))
 
 
 @functools.lru_cache(maxsize=2)

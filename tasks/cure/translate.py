@@ -3,9 +3,11 @@
 Each query keeps its original text in its own language and gets the other two by machine
 translation. The translator is a port (:mod:`tasks.translate.port`); the production
 adapter is DeepL through its official client (``DEEPL_AUTH_KEY``, optional
-``DEEPL_SERVER_URL``). ``engine: auto`` uses DeepL when a key is set and otherwise
-translates nothing: the missing languages are then excluded as ``no_translator`` (the
-run still completes and says so). The resolved engine and its options (formality,
+``DEEPL_SERVER_URL``); an LLM through the chat-model port (:mod:`tasks.translate.llm`,
+prompt ``prompts/translate_query.md``) is the alternative and the offline default.
+``engine: auto`` uses DeepL when a key is set, else the LLM when ``llm`` is configured,
+and otherwise translates nothing: the missing languages are then excluded as
+``no_translator`` (the run still completes and says so). The resolved engine and its options (formality,
 glossary digests, server kind — never the key) are part of the fingerprint.
 
 Every request goes through a SQLite cache under the artifact root's ``cache/`` folder,
@@ -26,6 +28,8 @@ texts sent and cache hits.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 from collections import defaultdict
@@ -36,12 +40,14 @@ import pyarrow as pa
 from pydantic import Field
 
 from irforge.config import StrictModel
-from irforge.errors import IrforgeError
+from irforge.errors import ConfigError, IrforgeError
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
+from tasks.llm.config import LLMConfig, chat_model, describe
 from tasks.translate.deepl import DeepLTranslator
-from tasks.translate.port import CacheStats, TranslationCache, cached_translate
+from tasks.translate.llm import DEFAULT_PROMPT, LLMTranslator
+from tasks.translate.port import CacheStats, TranslationCache, Translator, cached_translate
 
-Engine = Literal["auto", "deepl", "none"]
+Engine = Literal["auto", "deepl", "llm", "none"]
 
 
 class DeepLOptions(StrictModel):
@@ -60,9 +66,15 @@ class DeepLOptions(StrictModel):
 
 
 class TranslateConfig(StrictModel):
-    engine: Engine = Field("auto", description="auto: DeepL when DEEPL_AUTH_KEY is set, else none.")
+    engine: Engine = Field(
+        "auto",
+        description="auto: DeepL when DEEPL_AUTH_KEY is set, else the LLM when one is configured, else none.",
+    )
     languages: tuple[Literal["en", "fr", "es"], ...] = ("en", "fr", "es")
     deepl: DeepLOptions = DeepLOptions()
+    llm: LLMConfig | None = Field(
+        None, description="engine llm: the chat model (prompt: prompts/translate_query.md)."
+    )
 
 
 SCHEMA = pa.schema(
@@ -98,12 +110,24 @@ _SOURCE_SCHEMA = pa.schema(
 def resolved_engine(config: TranslateConfig) -> str:
     if config.engine != "auto":
         return config.engine
-    return "deepl" if os.environ.get("DEEPL_AUTH_KEY", "").strip() else "none"
+    if os.environ.get("DEEPL_AUTH_KEY", "").strip():
+        return "deepl"
+    return "llm" if config.llm is not None else "none"
 
 
-def make_translator(config: TranslateConfig, base_dir: Path) -> DeepLTranslator | None:
-    if resolved_engine(config) == "none":
+def _llm_config(config: TranslateConfig) -> LLMConfig:
+    if config.llm is None:
+        raise ConfigError("translate.llm is required with engine: llm")
+    return config.llm
+
+
+def make_translator(config: TranslateConfig, base_dir: Path, work_dir: Path) -> Translator | None:
+    engine = resolved_engine(config)
+    if engine == "none":
         return None
+    if engine == "llm":
+        llm = _llm_config(config)
+        return LLMTranslator(chat_model(llm, base_dir, work_dir), sampling=llm.sampling)
     options = config.deepl
     return DeepLTranslator.from_env(
         formality=options.formality,
@@ -115,9 +139,18 @@ def make_translator(config: TranslateConfig, base_dir: Path) -> DeepLTranslator 
 
 
 def inputs(ctx: StageContext[TranslateConfig]) -> dict[str, Any]:
-    translator = make_translator(ctx.config, ctx.base_dir)
-    if translator is None:
+    engine = resolved_engine(ctx.config)
+    if engine == "none":
         return {"engine": "none"}
+    if engine == "llm":
+        # Described, not started: planning (``irforge status``) must not launch a model server.
+        prompt = hashlib.sha256(DEFAULT_PROMPT.read_bytes()).hexdigest()
+        return {
+            "engine": "llm",
+            "options": {"llm": describe(_llm_config(ctx.config), ctx.base_dir), "prompt_sha256": prompt},
+        }
+    translator = make_translator(ctx.config, ctx.base_dir, ctx.base_dir)
+    assert isinstance(translator, DeepLTranslator)
     with translator:
         return {"engine": translator.engine, "options": translator.options()}
 
@@ -151,7 +184,8 @@ def process(chunk: pa.Table, ctx: StageContext[TranslateConfig]) -> ChunkResult:
         else:
             by_pair[(row["source_language"], row["language"])].append(row)
     stats = CacheStats(0, 0, 0, 0)
-    translator = make_translator(ctx.config, ctx.base_dir) if by_pair else None
+    work_dir = ctx.files_dir or ctx.base_dir
+    translator = make_translator(ctx.config, ctx.base_dir, work_dir) if by_pair else None
     if by_pair and translator is None:
         for pair_rows in by_pair.values():
             excluded += [_no_translator(r) for r in pair_rows]
@@ -160,7 +194,10 @@ def process(chunk: pa.Table, ctx: StageContext[TranslateConfig]) -> ChunkResult:
             raise IrforgeError("translate: no request cache folder (run through the stage engine)")
         ctx.cache_dir.mkdir(parents=True, exist_ok=True)
         options = json.dumps(translator.options(), sort_keys=True)
-        with translator, TranslationCache(ctx.cache_dir / "translations.sqlite") as cache:
+        with contextlib.ExitStack() as stack:
+            if isinstance(translator, DeepLTranslator):
+                stack.enter_context(translator)
+            cache = stack.enter_context(TranslationCache(ctx.cache_dir / "translations.sqlite"))
             for (src, tgt), pair_rows in sorted(by_pair.items()):
                 texts = [r["source_text"] for r in pair_rows]
                 results, pair_stats = cached_translate(translator, cache, texts, src, tgt)
@@ -198,7 +235,7 @@ def _row(
 def _no_translator(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "reason": "no_translator",
-        "detail": "no translation engine: set DEEPL_AUTH_KEY (engine: auto or deepl)",
+        "detail": "no translation engine: set DEEPL_AUTH_KEY, or configure translate.llm",
         "query_id": row["query_id"],
         "language": row["language"],
         "source_language": row["source_language"],

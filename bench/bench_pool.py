@@ -1,0 +1,396 @@
+"""Benchmark: cross-encoder pooling throughput (pairs/s), ours vs plain ``CrossEncoder.predict``.
+
+    .venv/bin/python bench/bench_pool.py [--pairs 320] [--batch-size 32] [--gpu-pairs 20000]
+
+Pairs (deterministic, ``--seed``): passages are runs of sentences of the shared sample
+articles, reviews and HTML pages, cut to a length drawn from a gamma distribution with a
+mean of 77 words (CURE's mean passage length), 20-250 words; each query is a fragment of
+8-16 words (mean 12) of one sentence, of its own passage for half of the pairs and of
+another passage for the rest. Without the shared samples, synthetic word sequences with the
+same length distributions are used (and the JSON says so).
+
+CPU (always): the builtin cross-encoder (``builtin:minilm-l6-cross-encoder``, 23M parameters,
+random head) scores the same pairs through
+
+* ours, :class:`tasks.rerank.local.CrossEncoderReranker`: exact token counts, pairs sorted
+  longest first, batches of ``--batch-size`` in that order, raw logits back in input order;
+* the named peer, plain ``sentence_transformers.CrossEncoder.predict`` on the pairs in input
+  order with the same ``batch_size`` and an identity activation (sentence-transformers 6
+  sorts each call's pairs by character length itself, so this peer is not naive).
+
+Each is warmed up, then timed ``--repeat`` times, alternately, and the best run is kept (the
+machine may be shared). The ratio ours / peer is printed, with both logits' largest
+difference (a sanity check: float rounding only) and the padding each batching implies
+(padded tokens / real tokens, from the tokenizer, machine-independent).
+
+GPU (when torch sees CUDA, unless ``--skip-gpu``): a model with the production reranker's
+size (gte-multilingual-reranker-base: 768 hidden, 12 layers, 250k vocabulary, 8192
+positions; a ``BertForSequenceClassification`` with **random weights**, and the MiniLM
+tokenizer, since no multilingual tokenizer is available offline) scores ``--gpu-pairs``
+pairs in bf16 autocast through ours (with ``--gpu-max-batch-tokens``) and through the peer.
+The fraction of the GPU's dense bf16 peak is estimated from 2 x parameters x real tokens
+(attention's own FLOPs left out), with all parameters (as often quoted) and with the
+non-embedding ones (embeddings are lookups, not matmuls: the meaningful figure). Peaks: H100
+SXM and H200 989 TFLOPS, H100 PCIe 756, A100 312; any other GPU reports "unknown".
+
+Results go to ``bench/results/pool.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+from sentence_transformers import CrossEncoder
+from transformers import BertConfig, BertForSequenceClassification
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(REPO))
+
+from bench.bench_dedup import SENTENCE  # noqa: E402
+from bench.samples import sample_passages  # noqa: E402
+from tasks.rerank.builtin import MINILM_CROSS_ENCODER, TOKENIZER_FILES  # noqa: E402
+from tasks.rerank.local import CrossEncoderReranker  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "pool.json"
+PEAK_BF16_TFLOPS = {"H100 SXM": 989.0, "H100 PCIe": 756.0, "H200": 989.0, "A100": 312.0}
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
+    start = time.perf_counter()
+    result = fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return result, time.perf_counter() - start
+
+
+# -- pairs ----------------------------------------------------------------------------------
+
+
+def passage_lengths(n: int, rng: random.Random) -> list[int]:
+    """Words per passage: gamma with mean 77 (shape 4), clipped to 20-250."""
+    return [min(250, max(20, round(rng.gammavariate(4.0, 77.0 / 4.0)))) for _ in range(n)]
+
+
+def build_pairs(n: int, rng: random.Random) -> tuple[list[str], list[str], str]:
+    """``n`` (query, passage) pairs and where their text came from."""
+    pools = [s for p in sample_passages() if (s := [x for x in SENTENCE.split(p) if len(x.split()) >= 8])]
+    source = "shared samples"
+    if not pools:  # no shared samples: synthetic words, same length distributions
+        words = [f"w{i}" for i in range(5000)]
+        pools = [
+            [" ".join(rng.choices(words, k=rng.randint(8, 30))) + "." for _ in range(8)] for _ in range(200)
+        ]
+        source = "synthetic"
+    passages: list[str] = []
+    for target in passage_lengths(n, rng):
+        pool = rng.choice(pools)
+        parts: list[str] = []
+        at, count = rng.randrange(len(pool)), 0
+        while count < target:
+            sentence = pool[at % len(pool)].split()
+            parts.extend(sentence[: target - count])
+            count += len(sentence)
+            at += 1
+        passages.append(" ".join(parts))
+    queries: list[str] = []
+    for i in range(n):
+        donor = passages[i] if i % 2 == 0 else rng.choice(passages)
+        words = donor.split()
+        size = min(len(words), rng.randint(8, 16))
+        at = rng.randrange(len(words) - size + 1)
+        queries.append(" ".join(words[at : at + size]))
+    return queries, passages, source
+
+
+# -- padding accounting -----------------------------------------------------------------------
+
+
+def padding_ratio(lengths: np.ndarray, order: np.ndarray, sizes: Sequence[int]) -> float:
+    """Padded tokens / real tokens when batches of ``sizes`` are cut from ``order``."""
+    padded, at = 0, 0
+    for size in sizes:
+        batch = lengths[order[at : at + size]]
+        padded += int(batch.max()) * len(batch)
+        at += size
+    return padded / int(lengths.sum())
+
+
+def even_sizes(n: int, batch_size: int) -> list[int]:
+    return [min(batch_size, n - at) for at in range(0, n, batch_size)]
+
+
+def budget_sizes(sorted_lengths: np.ndarray, batch_size: int, max_tokens: int | None) -> list[int]:
+    """The batch sizes CrossEncoderReranker cuts (same rule, recomputed for the report)."""
+    sizes, at = [], 0
+    while at < len(sorted_lengths):
+        size = batch_size
+        if max_tokens is not None:
+            size = max(1, min(size, max_tokens // int(sorted_lengths[at])))
+        size = min(size, len(sorted_lengths) - at)
+        sizes.append(size)
+        at += size
+    return sizes
+
+
+# -- one engine pair ---------------------------------------------------------------------------
+
+
+def compare(
+    ours: CrossEncoderReranker,
+    peer: CrossEncoder,
+    queries: list[str],
+    passages: list[str],
+    *,
+    batch_size: int,
+    repeat: int,
+    autocast: torch.dtype | None,
+) -> dict[str, Any]:
+    pairs = list(zip(queries, passages, strict=True))
+
+    def run_peer(subset: list[tuple[str, str]]) -> np.ndarray:
+        with torch.autocast(peer.device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+            out = peer.predict(
+                subset, batch_size=batch_size, activation_fn=torch.nn.Identity(), show_progress_bar=False
+            )
+        return np.asarray(out, dtype=np.float64)
+
+    warm = min(len(pairs), 2 * batch_size)  # kernels, allocator, tokenizer caches
+    ours.score(queries[:warm], passages[:warm])
+    run_peer(pairs[:warm])
+    ours_s: list[float] = []
+    peer_s: list[float] = []
+    ours_logits = peer_logits = np.zeros(0)
+    for _ in range(repeat):  # alternate, so that a busy moment hits both
+        scored, seconds = timed(lambda: ours.score(queries, passages))
+        ours_logits, ours_s = scored.logit, [*ours_s, seconds]
+        peer_logits, seconds = timed(lambda: run_peer(pairs))
+        peer_s.append(seconds)
+    lengths = ours.token_lengths(queries, passages)
+    ours_order = np.argsort(-lengths, kind="stable")
+    peer_order = np.argsort([-(len(q) + len(p)) for q, p in pairs], kind="stable")  # by characters
+    sizes = budget_sizes(lengths[ours_order], ours.batch_size, ours.max_batch_tokens)
+    return {
+        "pairs": len(pairs),
+        "ours_s": min(ours_s),
+        "peer_s": min(peer_s),
+        "ours_pairs_per_s": len(pairs) / min(ours_s),
+        "peer_pairs_per_s": len(pairs) / min(peer_s),
+        "ratio": min(peer_s) / min(ours_s),
+        "max_abs_logit_diff": float(np.abs(ours_logits - peer_logits).max()),
+        "real_tokens": int(lengths.sum()),
+        "mean_tokens_per_pair": float(lengths.mean()),
+        "padding_ours": padding_ratio(lengths, ours_order, sizes),
+        "padding_peer": padding_ratio(lengths, peer_order, even_sizes(len(pairs), batch_size)),
+        "padding_unsorted": padding_ratio(lengths, np.arange(len(pairs)), even_sizes(len(pairs), batch_size)),
+        "batches_ours": len(sizes),
+    }
+
+
+# -- GPU: the production architecture's size ------------------------------------------------------
+
+
+def peak_tflops(name: str) -> float | None:
+    if "H200" in name:
+        return PEAK_BF16_TFLOPS["H200"]
+    if "H100" in name:
+        return PEAK_BF16_TFLOPS["H100 PCIe" if "PCIe" in name else "H100 SXM"]
+    if "A100" in name:
+        return PEAK_BF16_TFLOPS["A100"]
+    return None
+
+
+def production_sized_model(directory: Path, tokenizer_from: Path) -> tuple[int, int]:
+    """A random-weight BertForSequenceClassification of gte-multilingual-reranker-base's size,
+    saved with the MiniLM tokenizer; (all parameters, non-embedding parameters)."""
+    torch.manual_seed(0)
+    config = BertConfig(  # the shape of gte-multilingual-reranker-base's config
+        vocab_size=250_048,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        max_position_embeddings=8192,
+    )
+    config.num_labels = 1
+    config.architectures = ["BertForSequenceClassification"]
+    model = BertForSequenceClassification(config)
+    model.save_pretrained(directory)
+    for filename in TOKENIZER_FILES:
+        shutil.copyfile(tokenizer_from / filename, directory / filename)
+    total = sum(p.numel() for p in model.parameters())
+    embeddings = sum(p.numel() for p in model.bert.embeddings.parameters())
+    return total, total - embeddings
+
+
+def run_gpu(args: argparse.Namespace, tokenizer_from: Path, console: Console) -> dict[str, Any]:
+    name = torch.cuda.get_device_name(0)
+    rng = random.Random(args.seed + 1)
+    queries, passages, _ = build_pairs(args.gpu_pairs, rng)
+    with tempfile.TemporaryDirectory() as tmp:
+        total, non_embedding = production_sized_model(Path(tmp), tokenizer_from)
+        console.print(f"GPU {name}: random model with {total / 1e6:.0f}M parameters, bf16 autocast ...")
+        ours = CrossEncoderReranker(
+            tmp,
+            device="cuda",
+            precision="bfloat16",
+            batch_size=args.gpu_batch_size,
+            max_batch_tokens=args.gpu_max_batch_tokens,
+            max_length=args.max_length,
+        )
+        peer = CrossEncoder(tmp, device="cuda", max_length=args.max_length)
+        stats = compare(
+            ours,
+            peer,
+            queries,
+            passages,
+            batch_size=args.gpu_batch_size,
+            repeat=args.repeat,
+            autocast=torch.bfloat16,
+        )
+    peak = peak_tflops(name)
+    for label, params in (("all_params", total), ("non_embedding", non_embedding)):
+        flops = 2.0 * params * stats["real_tokens"]
+        stats[f"tflops_ours_{label}"] = flops / stats["ours_s"] / 1e12
+        stats[f"peak_fraction_ours_{label}"] = (
+            stats[f"tflops_ours_{label}"] / peak if peak is not None else "unknown"
+        )
+    stats.update(
+        device=name,
+        peak_bf16_tflops=peak if peak is not None else "unknown",
+        params=total,
+        non_embedding_params=non_embedding,
+        batch_size=args.gpu_batch_size,
+        max_batch_tokens=args.gpu_max_batch_tokens,
+        weights="random (speed only)",
+    )
+    return stats
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def table(title: str, stats: dict[str, Any]) -> Table:
+    t = Table(title=title)
+    for col in ("engine", "seconds", "pairs/s", "ours / peer", "padded / real tokens"):
+        t.add_column(col, justify="left" if col == "engine" else "right")
+    t.add_row(
+        "ours: CrossEncoderReranker (token-length buckets)",
+        f"{stats['ours_s']:.2f}",
+        f"{stats['ours_pairs_per_s']:,.1f}",
+        f"{stats['ratio']:.2f}x",
+        f"{stats['padding_ours']:.3f}",
+    )
+    t.add_row(
+        "peer: CrossEncoder.predict, input order",
+        f"{stats['peer_s']:.2f}",
+        f"{stats['peer_pairs_per_s']:,.1f}",
+        "",
+        f"{stats['padding_peer']:.3f}",
+    )
+    t.add_row("(no sorting at all, for scale)", "", "", "", f"{stats['padding_unsorted']:.3f}")
+    return t
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--pairs", type=int, default=320, help="CPU pairs (each engine scores all of them)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument("--repeat", type=int, default=2, help="timed runs per engine; the best is kept")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--gpu-pairs", type=int, default=20_000)
+    parser.add_argument("--gpu-batch-size", type=int, default=256)
+    parser.add_argument("--gpu-max-batch-tokens", type=int, default=32_768)
+    parser.add_argument("--skip-gpu", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--builtin-cache-dir", type=Path, default=None, help="where the builtin model is built"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    console = Console(width=120)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    queries, passages, source = build_pairs(args.pairs, random.Random(args.seed))
+    console.print(
+        f"{len(queries):,} pairs from {source}: queries {np.mean([len(q.split()) for q in queries]):.1f} words, "
+        f"passages {np.mean([len(p.split()) for p in passages]):.1f} words on average; "
+        f"CPU threads {torch.get_num_threads()}"
+    )
+    ours = CrossEncoderReranker(
+        MINILM_CROSS_ENCODER,
+        device="cpu",
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        builtin_cache_dir=args.builtin_cache_dir,
+    )
+    assert ours.path is not None
+    peer = CrossEncoder(str(ours.path), device="cpu", max_length=args.max_length)
+    console.print(f"CPU: {MINILM_CROSS_ENCODER}, batch size {args.batch_size}, best of {args.repeat} ...")
+    cpu = compare(
+        ours, peer, queries, passages, batch_size=args.batch_size, repeat=args.repeat, autocast=None
+    )
+    result: dict[str, Any] = {
+        "source": source,
+        "pairs": len(queries),
+        "mean_query_words": float(np.mean([len(q.split()) for q in queries])),
+        "mean_passage_words": float(np.mean([len(p.split()) for p in passages])),
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+        "repeat": args.repeat,
+        "cpu": {"model": MINILM_CROSS_ENCODER, "threads": torch.get_num_threads(), **cpu},
+    }
+    console.print(table(f"CPU, {MINILM_CROSS_ENCODER}, {len(queries):,} pairs, batch {args.batch_size}", cpu))
+    console.print(
+        f"ours / peer: {cpu['ratio']:.2f}x pairs/s; largest logit difference {cpu['max_abs_logit_diff']:.1e}"
+    )
+
+    if torch.cuda.is_available() and not args.skip_gpu:
+        gpu = run_gpu(args, ours.path, console)
+        result["gpu"] = gpu
+        console.print(table(f"GPU {gpu['device']}, {gpu['params'] / 1e6:.0f}M random weights, bf16", gpu))
+        share = gpu["peak_fraction_ours_non_embedding"]
+        shown = f"{share:.1%}" if isinstance(share, float) else share
+        console.print(
+            f"ours {gpu['ours_pairs_per_s']:,.0f} pairs/s = {gpu['tflops_ours_non_embedding']:.0f} TFLOPS "
+            f"(non-embedding 2·N·tokens), {shown} of the bf16 dense peak ({gpu['peak_bf16_tflops']}); "
+            f"counting all parameters: {gpu['tflops_ours_all_params']:.0f} TFLOPS"
+        )
+    else:
+        result["gpu"] = "skipped" if args.skip_gpu else "no CUDA device"
+        console.print(f"GPU: {result['gpu']}")
+
+    result["environment"] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "sentence_transformers": version("sentence-transformers"),
+        "transformers": version("transformers"),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.platform(),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    console.print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

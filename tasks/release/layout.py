@@ -1,0 +1,315 @@
+"""Write a test collection as the folder MTEB's CUREv1 task loads (DESIGN §7, reference/cure_layout.md).
+
+::
+
+    folder/
+      README.md                     the card (tasks.release.card): configs, statistics, provenance
+      <domain>/corpus.jsonl         {"_id", "title", "text"}             one split per domain
+      <domain>/queries-en.jsonl     {"_id", "text"}                      (and queries-es, queries-fr)
+      <domain>/qrels.jsonl          {"query-id", "corpus-id", "score"}
+
+``datasets.load_dataset(folder, "<config>", split="<domain>")`` reads every config and split:
+the card's ``configs`` list names each file, and declares each config's features so that
+nothing is guessed from the data. ``split="all"`` gives the union of the domains: it is a
+``datasets`` keyword (a split of that name cannot even be declared), which is how MTEB's
+CUREv1 task gets its ``all`` split; so there is no ``all/`` folder.
+
+Checks come first and stop the release with a :class:`ReleaseError` that names the row:
+missing columns or values, duplicate ids, a query with two domains, a language other than
+en/es/fr, a score outside 0/1/2, a judgement whose query or passage is not in its split,
+a domain without passages or judgements. A query with no text in a language is not an
+error: it has no row in that language's file, and the omission is returned and stated in the
+card; a split where no query has a text in a language gets no file for that language
+(``datasets`` cannot load an empty split) and the card's ``configs`` leave it out.
+
+Output is deterministic: rows sorted by id (qrels by query id, then passage id), one JSON
+object per line with a fixed key order and ``ensure_ascii=False``, UTF-8, ``\\n`` line ends;
+two writes of the same tables give byte-identical files. The folder is written under a
+temporary sibling name and renamed into place, so a half-written release is never visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, NamedTuple
+
+import pyarrow as pa
+
+from tasks.release.card import (
+    CORPUS,
+    FEATURES,
+    LANGUAGES,
+    QRELS,
+    SCORES,
+    SPLIT_NAME,
+    CardInfo,
+    Omission,
+    ReleaseError,
+    data_path,
+    release_splits,
+    released_files,
+    render_card,
+    split_statistics,
+)
+
+CARD_FILE: Final = "README.md"
+
+_CORPUS_COLUMNS: Final = ("passage_id", "article_id", "domain", "title", "text")
+_QUERY_COLUMNS: Final = ("query_id", "domain", "language", "text")
+_QREL_COLUMNS: Final = ("query_id", "passage_id", "domain", "score")
+
+
+@dataclass(frozen=True)
+class ReleaseFile:
+    """One written data file: its config and split, POSIX path relative to the release folder, digest."""
+
+    config: str
+    split: str
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
+
+
+class Release(NamedTuple):
+    """What :func:`write_release` wrote: the data files (split by split, configs in
+    :data:`~tasks.release.card.CONFIGS` order; ``README.md`` beside them is not listed) and
+    the queries left out of a language's file for want of a text in that language."""
+
+    files: list[ReleaseFile]
+    omissions: list[Omission]
+
+
+@dataclass(frozen=True)
+class _Checked:
+    corpus: list[tuple[str, str, str, str]]  # (passage_id, domain, title, text), sorted by id
+    queries: dict[str, list[tuple[str, str, str]]]  # language -> (query_id, domain, text), sorted by id
+    qrels: list[tuple[str, str, str, int]]  # (query_id, passage_id, domain, score), sorted
+    splits: list[str]
+    omissions: list[Omission]
+
+
+def write_release(
+    folder: Path,
+    corpus: pa.Table,
+    queries: pa.Table,
+    qrels: pa.Table,
+    card: CardInfo,
+    *,
+    overwrite: bool = False,
+) -> Release:
+    """Check the tables, then write the release folder atomically.
+
+    ``corpus``: ``passage_id, article_id, domain, title, text`` (title may be ``""``);
+    ``queries``: ``query_id, domain, language, text``, one row per query and language;
+    ``qrels``: ``query_id, passage_id, domain, score`` (integer 0/1/2). Other columns are
+    ignored. An existing ``folder`` is replaced only with ``overwrite=True`` and only if it
+    holds nothing but a release's files (never a clone's ``.git``, say).
+    """
+    checked = _check(corpus, queries, qrels)
+    stats = split_statistics(corpus, queries, qrels)
+    readme = render_card(card, stats, omissions=checked.omissions)
+    folder = Path(folder)
+    _check_target(folder, overwrite=overwrite)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent))
+    try:
+        partial.chmod(0o755)  # mkdtemp makes it private; a release is meant to be read
+        for split in checked.splits:
+            (partial / split).mkdir()
+        files = [_write_jsonl(partial, c, s, _records(checked, c, s)) for c, s in released_files(stats)]
+        (partial / CARD_FILE).write_text(readme, encoding="utf-8")
+        _swap_in(partial, folder)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return Release(files, checked.omissions)
+
+
+def _records(checked: _Checked, config: str, split: str) -> Iterable[Sequence[Any]]:
+    """A file's rows as value tuples in :data:`~tasks.release.card.FEATURES` order, sorted."""
+    if config == CORPUS:
+        return ((pid, title, text) for pid, domain, title, text in checked.corpus if domain == split)
+    if config == QRELS:
+        return ((qid, pid, score) for qid, pid, domain, score in checked.qrels if domain == split)
+    lang = config.removeprefix("queries-")
+    return ((qid, text) for qid, domain, text in checked.queries[lang] if domain == split)
+
+
+def _write_jsonl(root: Path, config: str, split: str, records: Iterable[Sequence[Any]]) -> ReleaseFile:
+    keys = [name for name, _ in FEATURES[config]]
+    relative = data_path(config, split)
+    digest, rows, size = hashlib.sha256(), 0, 0
+    with (root / relative).open("wb") as out:
+        for values in records:
+            # Arrow strings are valid UTF-8, so encoding cannot fail.
+            line = (json.dumps(dict(zip(keys, values, strict=True)), ensure_ascii=False) + "\n").encode()
+            out.write(line)
+            digest.update(line)
+            rows += 1
+            size += len(line)
+    if rows == 0:  # released_files() and _check() rule this out; an empty split would not load
+        raise ReleaseError(f"split {split!r} has no {config} rows")
+    return ReleaseFile(config, split, relative, rows, size, digest.hexdigest())
+
+
+def _check_target(folder: Path, *, overwrite: bool) -> None:
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise ReleaseError(f"release folder {folder} exists and is not a folder")
+    if not overwrite:
+        raise ReleaseError(f"release folder {folder} exists: pass overwrite=True to replace it")
+    strangers = [
+        p.relative_to(folder).as_posix()
+        for p in sorted(folder.rglob("*"))
+        if not (
+            (p.is_file() and p.parent == folder and p.name == CARD_FILE)
+            or (p.is_dir() and p.parent == folder and SPLIT_NAME.fullmatch(p.name))
+            or (p.is_file() and p.parent.parent == folder and p.suffix == ".jsonl")
+        )
+    ]
+    if strangers:
+        raise ReleaseError(
+            f"refusing to replace {folder}: it holds {strangers[:5]}, which a release does not; "
+            "write the release into a new or empty folder"
+        )
+
+
+def _swap_in(partial: Path, folder: Path) -> None:
+    if not folder.exists():
+        partial.rename(folder)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".old", dir=folder.parent))
+    old.rmdir()
+    folder.rename(old)
+    partial.rename(folder)
+    shutil.rmtree(old)
+
+
+# ---------------------------------------------------------------------------------- checks
+
+
+def _check(corpus: pa.Table, queries: pa.Table, qrels: pa.Table) -> _Checked:
+    passages = _rows(corpus, "corpus", _CORPUS_COLUMNS, "passage_id")
+    query_rows = _rows(queries, "queries", _QUERY_COLUMNS, "query_id")
+    qrel_rows = _rows(qrels, "qrels", _QREL_COLUMNS, "query_id")
+    splits = release_splits(
+        (p["domain"] for p in passages), (q["domain"] for q in query_rows), (r["domain"] for r in qrel_rows)
+    )
+
+    passage_domain: dict[str, str] = {}
+    for i, p in enumerate(passages):
+        pid = p["passage_id"]
+        if not pid.strip():
+            raise ReleaseError(f"corpus row {i}: passage_id is empty")
+        if pid in passage_domain:
+            raise ReleaseError(f"corpus row {i}: passage_id {pid!r} occurs twice (ids must be unique)")
+        if not p["text"].strip():
+            raise ReleaseError(f"corpus row {i} (passage {pid!r}): text is empty")
+        passage_domain[pid] = p["domain"]
+
+    query_domain: dict[str, str] = {}
+    texts: dict[tuple[str, str], str] = {}
+    for i, q in enumerate(query_rows):
+        qid, lang, domain = q["query_id"], q["language"], q["domain"]
+        where = f"queries row {i} (query {qid!r}, {lang})"
+        if not qid.strip():
+            raise ReleaseError(f"{where}: query_id is empty")
+        if lang not in LANGUAGES:
+            raise ReleaseError(f"{where}: language {lang!r} is not one of {list(LANGUAGES)}")
+        if (qid, lang) in texts:
+            raise ReleaseError(f"{where}: the query has two {lang} rows")
+        if query_domain.setdefault(qid, domain) != domain:
+            raise ReleaseError(
+                f"{where}: domain {domain!r}, but another row puts it in {query_domain[qid]!r}"
+            )
+        if not q["text"].strip():
+            raise ReleaseError(f"{where}: text is empty (leave the row out if the translation is missing)")
+        texts[qid, lang] = q["text"]
+
+    judged: set[tuple[str, str]] = set()
+    for i, r in enumerate(qrel_rows):
+        qid, pid, domain, score = r["query_id"], r["passage_id"], r["domain"], r["score"]
+        where = f"qrels row {i} (query {qid!r}, passage {pid!r})"
+        if (qid, pid) in judged:
+            raise ReleaseError(f"{where}: the pair is judged twice")
+        judged.add((qid, pid))
+        if score not in SCORES:
+            raise ReleaseError(f"{where}: score {score} is not one of {list(SCORES)}")
+        if query_domain.get(qid) != domain:
+            found = f"it is in {query_domain[qid]!r}" if qid in query_domain else "it is in no split"
+            raise ReleaseError(f"{where}: query {qid!r} is not in the {domain!r} queries ({found})")
+        if passage_domain.get(pid) != domain:
+            found = f"it is in {passage_domain[pid]!r}" if pid in passage_domain else "it is in no split"
+            raise ReleaseError(f"{where}: passage {pid!r} is not in the {domain!r} corpus ({found})")
+
+    _check_splits_filled(splits, passage_domain, qrel_rows)
+    omissions = sorted(
+        Omission(domain, qid, lang)
+        for qid, domain in query_domain.items()
+        for lang in LANGUAGES
+        if (qid, lang) not in texts
+    )
+    return _Checked(
+        corpus=sorted((p["passage_id"], p["domain"], p["title"], p["text"]) for p in passages),
+        queries={
+            lang: sorted(
+                (qid, query_domain[qid], text) for (qid, code), text in texts.items() if code == lang
+            )
+            for lang in LANGUAGES
+        },
+        qrels=sorted((r["query_id"], r["passage_id"], r["domain"], r["score"]) for r in qrel_rows),
+        splits=splits,
+        omissions=omissions,
+    )
+
+
+def _check_splits_filled(
+    splits: list[str],
+    passage_domain: Mapping[str, str],
+    qrel_rows: list[dict[str, Any]],
+) -> None:
+    """Every domain needs passages and judgements (hence queries): a split without them is no
+    test collection, and ``datasets`` cannot load an empty split."""
+    counts: Counter[tuple[str, str]] = Counter()
+    counts.update((d, CORPUS) for d in passage_domain.values())
+    counts.update((r["domain"], QRELS) for r in qrel_rows)
+    for split in splits:
+        for config in (CORPUS, QRELS):
+            if not counts[split, config]:
+                raise ReleaseError(
+                    f"split {split!r} would have an empty {config} file: every domain needs passages and "
+                    "judgements (a domain named only by some queries is probably a typo)"
+                )
+
+
+def _rows(table: pa.Table, what: str, columns: Sequence[str], id_column: str) -> list[dict[str, Any]]:
+    """The table's rows (only ``columns``), after checking each column's type and that none is null."""
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise ReleaseError(f"{what} table lacks column(s) {missing} (it has {table.column_names})")
+    for name in columns:
+        column = table.column(name)
+        kind = column.type
+        wanted_int = name == "score"
+        if wanted_int and not pa.types.is_integer(kind):
+            raise ReleaseError(f"{what} column {name!r} is {kind}, expected integers 0/1/2")
+        if not wanted_int and not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise ReleaseError(f"{what} column {name!r} is {kind}, expected strings")
+        if column.null_count:
+            row = column.to_pylist().index(None)
+            ident = table.column(id_column)[row].as_py()
+            raise ReleaseError(f"{what} row {row} ({id_column} {ident!r}): {name} is missing (null)")
+    rows: list[dict[str, Any]] = table.select(list(columns)).to_pylist()
+    return rows
+
+
+__all__ = ["CARD_FILE", "Release", "ReleaseError", "ReleaseFile", "write_release"]
