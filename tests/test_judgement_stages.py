@@ -246,6 +246,7 @@ def test_evaluate_reports_both_baselines_per_condition_and_split(run: Any) -> No
 def test_validate_judgement_accepts_only_the_schema() -> None:
     assert validate_judgement('{"explanation": "ok", "score": 2}') == (2, "ok")
     assert validate_judgement('```json\n{"explanation": "ok", "score": "1"}\n```') == (1, "ok")
+    assert validate_judgement('{"explanation": "two\nlines", "score": 0}') == (0, "two\nlines")
     for bad in (
         '{"explanation": "ok", "score": 3}',
         '{"score": 1}',

@@ -49,15 +49,19 @@ from tasks.llm.port import ChatFailure, ChatReply, ChatRequest, ReplyInvalid
 
 PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
 
-JUDGEMENT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "explanation": {"type": "string", "minLength": 1},
-        "score": {"type": "integer", "enum": [0, 1, 2]},
-    },
-    "required": ["explanation", "score"],
-    "additionalProperties": False,
-}
+
+def judgement_schema(max_explanation_chars: int) -> dict[str, Any]:
+    """The reply's JSON schema. The explanation comes first (reason, then grade), and its
+    length is bounded so a grammar-constrained server closes the object within budget."""
+    return {
+        "type": "object",
+        "properties": {
+            "explanation": {"type": "string", "minLength": 1, "maxLength": max_explanation_chars},
+            "score": {"type": "integer", "enum": [0, 1, 2]},
+        },
+        "required": ["explanation", "score"],
+        "additionalProperties": False,
+    }
 
 
 class JudgeConfig(StrictModel):
@@ -69,6 +73,11 @@ class JudgeConfig(StrictModel):
     roles: str = Field("cure_clinical_roles.yaml", description="Domain → clinical role and profession.")
     examples: str | None = Field(
         None, description="JSONL of rated examples {query, article_title, passage, explanation, score}."
+    )
+    max_explanation_chars: int = Field(
+        2000,
+        ge=50,
+        description="Longest explanation (schema maxLength); keep it within llm.sampling.max_tokens.",
     )
 
 
@@ -181,14 +190,17 @@ def _prompt(config: JudgeConfig, base_dir: Path) -> JudgePrompt:
 def validate_judgement(text: str) -> tuple[int, str]:
     """``(score, explanation)`` from a reply, or :class:`ReplyInvalid` saying what is wrong.
 
-    Accepts the JSON object alone or inside a Markdown code fence; the score as 0, 1, 2
-    or the same digit as a string (Appendix B's wording asks for a string).
+    Accepts the JSON object alone or inside a Markdown code fence, raw control characters
+    inside its strings, and the score as 0, 1, 2 or the same digit as a string (Appendix
+    B's wording asks for a string).
     """
     body = text.strip()
     if body.startswith("```"):
         body = body.strip("`").removeprefix("json").strip()
     try:
-        value = json.loads(body)
+        # strict=False: a raw line break inside the explanation string (which grammar-
+        # constrained decoders such as llama.cpp's let through) does not change its meaning.
+        value = json.loads(body, strict=False)
     except json.JSONDecodeError as exc:
         raise ReplyInvalid(f"not JSON: {exc.msg} at character {exc.pos}") from None
     if not isinstance(value, dict):
@@ -208,7 +220,7 @@ def inputs(ctx: StageContext[JudgeConfig]) -> dict[str, Any]:
     return {
         "llm": describe(ctx.config.llm, ctx.base_dir),
         "prompt": _prompt(ctx.config, ctx.base_dir).digests(),
-        "schema": JUDGEMENT_SCHEMA,
+        "schema": judgement_schema(ctx.config.max_explanation_chars),
     }
 
 
@@ -242,6 +254,7 @@ def process(chunk: pa.Table, ctx: StageContext[JudgeConfig]) -> ChunkResult:
         raise IrforgeError("judge: no cache or work folder (run through the stage engine)")
     prompt = _prompt(config, ctx.base_dir)
     rows = chunk.to_pylist()
+    schema = judgement_schema(config.max_explanation_chars)
     requests = []
     digests = []
     for i, r in enumerate(rows):
@@ -252,7 +265,7 @@ def process(chunk: pa.Table, ctx: StageContext[JudgeConfig]) -> ChunkResult:
                 custom_id=str(i),
                 messages=({"role": "user", "content": text},),
                 sampling=config.llm.sampling,
-                json_schema=JUDGEMENT_SCHEMA,
+                json_schema=schema,
                 schema_name="relevance_judgement",
             )
         )

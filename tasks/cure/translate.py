@@ -22,13 +22,12 @@ annotator's own text), ``source_language``, ``engine`` (``original`` | ``deepl``
 ``engine_options`` (JSON), ``billed_characters`` (what DeepL billed when this text was
 first paid for — a cached answer keeps it; the manifest's ``cost`` counts this run only),
 ``domain``.
-Excluded: ``no_translator``. The manifest's ``cost`` has billed and sent characters,
+Excluded: ``no_translator``, ``translation_failed`` (the LLM's reply never validated). The manifest's ``cost`` has billed and sent characters,
 texts sent and cache hits.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -42,7 +41,9 @@ from pydantic import Field
 from irforge.config import StrictModel
 from irforge.errors import ConfigError, IrforgeError
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
+from tasks.llm.cache import ChatStats, ReplyCache
 from tasks.llm.config import LLMConfig, chat_model, describe
+from tasks.llm.port import ChatFailure
 from tasks.translate.deepl import DeepLTranslator
 from tasks.translate.llm import DEFAULT_PROMPT, LLMTranslator
 from tasks.translate.port import CacheStats, TranslationCache, Translator, cached_translate
@@ -184,6 +185,7 @@ def process(chunk: pa.Table, ctx: StageContext[TranslateConfig]) -> ChunkResult:
         else:
             by_pair[(row["source_language"], row["language"])].append(row)
     stats = CacheStats(0, 0, 0, 0)
+    chat = ChatStats()
     work_dir = ctx.files_dir or ctx.base_dir
     translator = make_translator(ctx.config, ctx.base_dir, work_dir) if by_pair else None
     if by_pair and translator is None:
@@ -194,26 +196,58 @@ def process(chunk: pa.Table, ctx: StageContext[TranslateConfig]) -> ChunkResult:
             raise IrforgeError("translate: no request cache folder (run through the stage engine)")
         ctx.cache_dir.mkdir(parents=True, exist_ok=True)
         options = json.dumps(translator.options(), sort_keys=True)
-        with contextlib.ExitStack() as stack:
-            if isinstance(translator, DeepLTranslator):
-                stack.enter_context(translator)
-            cache = stack.enter_context(TranslationCache(ctx.cache_dir / "translations.sqlite"))
-            for (src, tgt), pair_rows in sorted(by_pair.items()):
-                texts = [r["source_text"] for r in pair_rows]
-                results, pair_stats = cached_translate(translator, cache, texts, src, tgt)
-                stats += pair_stats
-                for r, t in zip(pair_rows, results, strict=True):
-                    kept.append(_row(r, t.text, original=False, engine=translator.engine, options=options,
-                                     billed=t.billed_characters))  # fmt: skip
+        if isinstance(translator, LLMTranslator):
+            chat = _translate_with_llm(translator, by_pair, ctx.cache_dir, options, kept, excluded)
+        else:
+            assert isinstance(translator, DeepLTranslator)
+            with translator, TranslationCache(ctx.cache_dir / "translations.sqlite") as cache:
+                for (src, tgt), pair_rows in sorted(by_pair.items()):
+                    texts = [r["source_text"] for r in pair_rows]
+                    results, pair_stats = cached_translate(translator, cache, texts, src, tgt)
+                    stats += pair_stats
+                    for r, t in zip(pair_rows, results, strict=True):
+                        kept.append(_row(r, t.text, original=False, engine=translator.engine, options=options,
+                                         billed=t.billed_characters))  # fmt: skip
     order = {(r["query_id"], r["language"]): i for i, r in enumerate(rows)}
     kept.sort(key=lambda r: order[(r["query_id"], r["language"])])
     cost = {
         "billed_characters": stats.billed_characters,
         "sent_characters": stats.sent_characters,
         "texts_sent": stats.sent_texts,
-        "cache_hits": stats.hits,
+        "cache_hits": stats.hits + chat.hits,
+        "requests_sent": chat.sent,
+        "prompt_tokens": chat.prompt_tokens,
+        "completion_tokens": chat.completion_tokens,
     }
     return ChunkResult(rows_to_table(kept, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA), cost=cost)
+
+
+def _translate_with_llm(
+    translator: LLMTranslator,
+    by_pair: dict[tuple[str, str], list[dict[str, Any]]],
+    cache_dir: Path,
+    options: str,
+    kept: list[dict[str, Any]],
+    excluded: list[dict[str, Any]],
+) -> ChatStats:
+    """LLM translations through the chat reply cache; a text the model fails on is
+    quarantined as ``translation_failed`` with the reply, the others are kept."""
+    stats = ChatStats()
+    with ReplyCache(cache_dir / "llm_replies.sqlite") as cache:
+        for (src, tgt), pair_rows in sorted(by_pair.items()):
+            outcomes, pair_stats = translator.translate_each(
+                [r["source_text"] for r in pair_rows], src, tgt, cache
+            )
+            stats += pair_stats
+            for r, outcome in zip(pair_rows, outcomes, strict=True):
+                if isinstance(outcome, ChatFailure):
+                    reply = f"; reply: {outcome.raw_text[:300]!r}" if outcome.raw_text else ""
+                    excluded.append({**_no_translator(r), "reason": "translation_failed",
+                                     "detail": f"{outcome.reason}: {outcome.detail}{reply}"})  # fmt: skip
+                else:
+                    kept.append(_row(r, outcome.text, original=False, engine=translator.engine, options=options,
+                                     billed=0))  # fmt: skip
+    return stats
 
 
 def _row(

@@ -33,6 +33,7 @@ from string import Template
 from typing import Any
 
 from irforge.errors import ConfigError
+from tasks.llm.cache import ChatStats, ReplyCache, cached_chat
 from tasks.llm.port import ChatFailure, ChatModel, ChatModelError, ChatRequest, ReplyInvalid, Sampling
 from tasks.translate.port import Translation, TranslationError, TranslatorUnavailable, check_pair
 
@@ -40,9 +41,13 @@ ENGINE = "llm"
 DEFAULT_PROMPT = Path(__file__).resolve().parents[2] / "prompts" / "translate_query.md"
 LANGUAGE_NAMES = {"en": "English", "fr": "French", "es": "Spanish"}
 DEFAULT_SAMPLING = Sampling(temperature=0.0, top_p=1.0, max_tokens=256, seed=0)
+MAX_TRANSLATION_CHARS = 400
+"""Longest translation accepted. CURE's queries are at most 232 characters; the bound also
+lets a grammar-constrained server (llama.cpp, vLLM) close the JSON string instead of
+rambling until ``max_tokens`` cuts the reply."""
 REPLY_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"translation": {"type": "string", "minLength": 1}},
+    "properties": {"translation": {"type": "string", "minLength": 1, "maxLength": MAX_TRANSLATION_CHARS}},
     "required": ["translation"],
     "additionalProperties": False,
 }
@@ -121,7 +126,14 @@ class LLMTranslator:
             "prompt_sha256": self.prompt_sha256,
         }
 
-    def translate(self, texts: Sequence[str], source: str, target: str) -> list[Translation]:
+    def translate_each(
+        self, texts: Sequence[str], source: str, target: str, cache: ReplyCache | None = None
+    ) -> tuple[list[Translation | ChatFailure], ChatStats]:
+        """One outcome per text, in order: a translation, or the request's failure.
+
+        With ``cache`` every request goes through the chat reply cache, so a rerun pays only
+        for texts never answered (a stage uses this to quarantine failures one by one).
+        """
         check_pair(source, target)
         texts = list(texts)
         requests = [
@@ -136,21 +148,38 @@ class LLMTranslator:
             if text.strip()  # nothing to translate: answered below without a request
         ]
         try:
-            outcomes = self.model.run(requests, parse_translation) if requests else []
+            if cache is not None:
+                outcomes, stats = cached_chat(self.model, cache, requests, parse_translation)
+            else:
+                outcomes = self.model.run(requests, parse_translation) if requests else []
+                stats = ChatStats(sent=len(requests))
         except ChatModelError as exc:
             raise TranslatorUnavailable(
                 f"the chat model behind the LLM translator ({self.model.engine}, {self.model.model}) "
                 f"cannot be used: {exc}"
             ) from exc
-        replies: dict[int, str] = {}
-        failures: list[tuple[int, ChatFailure]] = []
+        by_position: dict[int, Translation | ChatFailure] = {}
         for outcome in outcomes:
             if isinstance(outcome, ChatFailure):
-                failures.append((int(outcome.custom_id), outcome))
+                by_position[int(outcome.custom_id)] = outcome
             else:
-                replies[int(outcome.custom_id)] = str(outcome.value)
+                by_position[int(outcome.custom_id)] = Translation(
+                    text=str(outcome.value), billed_characters=0, detected_source=None
+                )
+        lost = [int(r.custom_id) for r in requests if int(r.custom_id) not in by_position]
+        if lost:
+            raise TranslationError(
+                f"the chat model {self.model.engine} returned no answer for text #{lost[0]} "
+                f"({len(lost)} text(s) in all): its adapter is broken; report it"
+            )
+        empty = Translation(text="", billed_characters=0, detected_source=None)
+        return [by_position.get(i, empty) for i in range(len(texts))], stats
+
+    def translate(self, texts: Sequence[str], source: str, target: str) -> list[Translation]:
+        texts = list(texts)
+        outcomes, _ = self.translate_each(texts, source, target)
+        failures = [(i, o) for i, o in enumerate(outcomes) if isinstance(o, ChatFailure)]
         if failures:
-            failures.sort(key=lambda item: item[0])
             i, failure = failures[0]
             others = (
                 f" ({len(failures) - 1} more text(s) of this call failed too)" if len(failures) > 1 else ""
@@ -160,16 +189,7 @@ class LLMTranslator:
                 f"LLM translation {source}->{target} of text #{i} ({_shown(texts[i])}) failed after "
                 f"{failure.attempts} attempt(s): {failure.reason}: {failure.detail}{raw}{others}"
             )
-        lost = [int(r.custom_id) for r in requests if int(r.custom_id) not in replies]
-        if lost:
-            raise TranslationError(
-                f"the chat model {self.model.engine} returned no answer for text #{lost[0]} "
-                f"({len(lost)} text(s) in all): its adapter is broken; report it"
-            )
-        return [
-            Translation(text=replies.get(i, ""), billed_characters=0, detected_source=None)
-            for i in range(len(texts))
-        ]
+        return [o for o in outcomes if isinstance(o, Translation)]
 
     # -- extras -----------------------------------------------------------------------
 
