@@ -25,6 +25,11 @@ ALL = [
     "index",
     "mine",
     "corpus",
+    "pool",
+    "judge",
+    "qrels",
+    "release",
+    "evaluate",
 ]  # the whole demo flow
 
 

@@ -395,12 +395,13 @@ def test_the_key_and_url_never_leak(make: Make) -> None:
     good, wrong = "sk-good-secret-111", "sk-wrong-secret-222"
     with FakeChat(api_key=good) as server:
         model = make(base_url=server.base_url, api_key=wrong)
-        [outcome] = model.run([ask("t", "q")], judge)
+        # A refused key stops the run (every request would fail alike).
+        with pytest.raises(ChatModelError) as refused:
+            model.run([ask("t", "q")], judge)
         assert server.chats()[0].headers["authorization"] == f"Bearer {wrong}"
         # The server echoes the presented key in its 401 message; the adapter scrubs it.
-        assert isinstance(outcome, ChatFailure) and outcome.reason == "request_failed"
-        assert "Incorrect API key provided: <api key>." in outcome.detail
-        assert wrong not in outcome.detail
+        assert "Incorrect API key provided: <api key>." in str(refused.value)
+        assert wrong not in str(refused.value)
 
         [ok] = make(base_url=server.base_url, api_key=good).run([ask("t", "q")], judge)
         assert isinstance(ok, ChatReply)

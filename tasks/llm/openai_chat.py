@@ -24,8 +24,9 @@ here. 408, 409, 429, 5xx, timeouts (``timeout_s`` for the whole request) and fai
 connections are retried up to ``max_attempts`` sends per ask, after an exponential backoff
 with jitter (``backoff_base_s`` doubling up to ``backoff_max_s``) or, on a 429/503 that
 says so, after the server's ``retry-after-ms`` / ``Retry-After`` (capped at
-``backoff_max_s`` so a confused server cannot park the run). Other 4xx are not retried: the
-request ends as ``request_failed`` with the server's message. At most ``max_concurrency``
+``backoff_max_s`` so a confused server cannot park the run). 401 and 403 (the key is
+wrong for every request) raise :class:`~tasks.llm.port.ChatModelError` and stop the run;
+other 4xx are not retried: the request ends as ``request_failed`` with the server's message. At most ``max_concurrency``
 requests are in flight, and with ``requests_per_second`` their starts are spaced evenly.
 
 The key (``api_key``; the caller reads it from the environment, ``None`` sends vLLM's
@@ -401,6 +402,12 @@ class OpenAIChatModel:
                 except openai.APIStatusError as exc:
                     status = exc.status_code
                     why = f"HTTP {status}: {self._server_message(exc)}"
+                    if status in (401, 403):
+                        # Wrong or missing credentials fail every request alike: stop the
+                        # run now instead of recording a failure per request.
+                        raise ChatModelError(
+                            f"{self.base_url} refused the credentials ({why}); check the API key variable"
+                        ) from None
                     if not (status in RETRIED_4XX or status >= 500):
                         return _Unanswered(
                             f"{self.base_url} refused the request ({why}); not retried", attempt
