@@ -17,6 +17,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import typer
@@ -259,9 +260,11 @@ def calibrate(
     rows = result.sweep.to_pylist()
     best = max(range(len(rows)), key=lambda i: (rows[i]["criterion"], rows[i]["threshold"]))
     shown = sorted({0, len(rows) - 1, *range(max(0, best - 3), min(len(rows), best + 4))})
-    out.print(
-        rows_table(f"{flow}/pool {pool.fingerprint}: cut-off sweep ({scale})", result.sweep.take(shown))
-    )
+    shown_rows = result.sweep.take(shown)
+    for i, name in enumerate(shown_rows.column_names):
+        if pa.types.is_floating(shown_rows.schema.field(name).type):
+            shown_rows = shown_rows.set_column(i, name, pc.round(shown_rows.column(name), 4))
+    out.print(rows_table(f"{flow}/pool {pool.fingerprint}: cut-off sweep ({scale})", shown_rows))
     out.print(
         f"best threshold {result.best_threshold:.4f} ({scale}); labelled pairs: {result.labelled_relevant} relevant, "
         f"{result.labelled_irrelevant} irrelevant, {result.labelled_unscored} below the storage floor"

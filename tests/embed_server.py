@@ -29,12 +29,9 @@ fixture stops it.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
-import json
 import math
 import re
-import socket
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -232,14 +229,7 @@ class _Handler(QuietHandler):
 
     def _handle(self) -> None:
         fake = self.server.fake
-        path = self.path.split("?", 1)[0]
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = raw.decode("utf-8", "replace")
+        path, headers, body = self.read_json()
 
         def record(status: int | None) -> None:
             fake._record(RecordedRequest(self.command, path, headers, body, status))
@@ -247,9 +237,7 @@ class _Handler(QuietHandler):
         fault = fake._take_fault() if path == "/v1/embeddings" else None
         if fault == "drop":
             record(None)
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self.connection.shutdown(socket.SHUT_RDWR)
+            self.drop_connection()
             return
         extra_headers: dict[str, str] = {}
         try:
@@ -261,14 +249,7 @@ class _Handler(QuietHandler):
         except _Reply as reply:
             status, payload = reply.status, reply.payload
         record(status)
-        data = json.dumps(payload).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in extra_headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+        self.send_json(status, payload, extra_headers)
 
 
 @pytest.fixture

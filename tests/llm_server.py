@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -321,14 +320,7 @@ class _Handler(QuietHandler):
 
     def _handle(self) -> None:
         fake = self.server.fake
-        path = self.path.split("?", 1)[0]
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = raw.decode("utf-8", "replace")
+        path, headers, body = self.read_json()
 
         index = fake._arrived(RecordedRequest(self.command, path, headers, body, None, None))
         fake._enter()
@@ -347,21 +339,12 @@ class _Handler(QuietHandler):
             status, payload, extra_headers, fault = reply.status, reply.payload, reply.headers, reply.fault
         if fault == "drop" or (fault == "slow" and fake._stopping.is_set()):
             fake._ended(index, None, fault)
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self.connection.shutdown(socket.SHUT_RDWR)
+            self.drop_connection()
             return
         fake._ended(index, status, fault)
-        data = json.dumps(payload).encode("utf-8")
         # A client that timed out has closed its end: writing may fail, which is fine.
         with contextlib.suppress(OSError):
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in extra_headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
+            self.send_json(status, payload, extra_headers)
 
 
 @pytest.fixture

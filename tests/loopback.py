@@ -1,12 +1,15 @@
 """What the fake HTTP services of the tests share: a loopback-only threaded server whose
-open keep-alive connections can be cut, and a quiet HTTP/1.1 request handler."""
+open keep-alive connections can be cut, and a quiet HTTP/1.1 request handler that reads
+JSON requests and writes JSON answers."""
 
 from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import socket
 import threading
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -57,6 +60,36 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def read_json(self) -> tuple[str, dict[str, str], Any]:
+        """The request's path (query dropped), its headers (lower-case names) and its body:
+        parsed JSON, the text itself when it is not JSON, None when empty."""
+        path = self.path.split("?", 1)[0]
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        return path, headers, body
+
+    def send_json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
+        """Answer ``status`` with ``payload`` as a JSON body, plus ``headers``."""
+        data = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def drop_connection(self) -> None:
+        """Close the connection without an answer (a fault: the client sees it cut)."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
 
     def _handle(self) -> None:
         """Answer the request, whatever its method (each fake routes on method and path)."""

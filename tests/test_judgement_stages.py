@@ -17,10 +17,11 @@ from typing import Any
 import pyarrow.compute as pc
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from flows.cli import app
 from flows.registry import get_pipeline
 from irforge.artifacts import ArtifactStore
-from irforge.config import validate_config
 from irforge.engine import StageOutcome
 from irforge.pipeline import Selection, execute_step, select_steps
 from tasks.cure.judge import validate_judgement
@@ -43,7 +44,10 @@ def _answer(body: dict[str, Any]) -> dict[str, Any]:
     return {"explanation": f"grade {grade} for this passage", "score": grade}
 
 
-def _config(server: FakeChat, store: Path) -> tuple[Any, ArtifactStore]:
+def _config(server: FakeChat, root: Path) -> tuple[Path, ArtifactStore]:
+    """The demo config pointed at the fake LLM, written where its relative paths still hold
+    (``<root>/flows/configs/``, with ``<root>/data`` linking to the repo's data) so the CLI
+    can be run on it too."""
     data = yaml.safe_load(DEMO.read_text())
     llm = {
         "engine": "openai",
@@ -59,13 +63,17 @@ def _config(server: FakeChat, store: Path) -> tuple[Any, ArtifactStore]:
     data["stages"]["judge"]["llm"] = copy.deepcopy(llm)
     data["stages"]["judge"]["pool"] = {"threshold": 0.05, "max_per_query": 4}
     data["stages"]["evaluate"]["human_labels"] = None
-    config = validate_config(get_pipeline("cure").config_type, data, "test config")
-    return config, ArtifactStore(store)
+    path = root / "flows" / "configs" / "cure-fake-llm.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(data))
+    (root / "data").symlink_to(REPO / "data")
+    return path, ArtifactStore(root / "artifacts")
 
 
-def _run(config: Any, store: ArtifactStore, selection: Selection) -> dict[str, StageOutcome]:
+def _run(path: Path, store: ArtifactStore, selection: Selection) -> dict[str, StageOutcome]:
     pipeline = get_pipeline("cure")
-    steps = select_steps(pipeline, pipeline.plan(config, DEMO.parent), selection, store)
+    config, base_dir = pipeline.load(path)
+    steps = select_steps(pipeline, pipeline.plan(config, base_dir), selection, store)
     return {s.name: execute_step(s, store, "cure", config.execution) for s in steps}
 
 
@@ -74,7 +82,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     os.environ.pop("DEEPL_AUTH_KEY", None)
     os.environ["IRFORGE_TEST_LLM_KEY"] = SECRET
     with FakeChat(answer=_answer, slow_s=2.5) as server:
-        config, store = _config(server, tmp_path_factory.mktemp("artifacts"))
+        path, store = _config(server, tmp_path_factory.mktemp("fake-llm"))
         # Every fault the judge must survive, on judge requests only (a phrase of its template).
         # The first two kinds are retried by the client; out-of-range scores on 10 requests
         # use up some pairs' re-asks, which must end quarantined with the raw reply.
@@ -82,8 +90,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Any:
         for fault, times in ((429, 2), (500, 1), ("slow", 1), ("bad_json", 1), ("truncated", 1)):
             server.inject(fault, times, when=judge)  # type: ignore[arg-type]
         server.inject("out_of_range", 10, when=judge)
-        outcomes = _run(config, store, Selection(until="evaluate"))
-        yield {"outcomes": outcomes, "server": server, "config": config, "store": store}
+        outcomes = _run(path, store, Selection(until="evaluate"))
+        config, _ = get_pipeline("cure").load(path)
+        yield {"outcomes": outcomes, "server": server, "config": config, "store": store, "path": path}
 
 
 def test_pool_scores_every_query_against_its_whole_domain(run: Any) -> None:
@@ -163,7 +172,7 @@ def test_a_rerun_sends_only_what_was_never_answered(run: Any) -> None:
     quarantined = outcomes["judge"].artifact.excluded().num_rows
     judged = outcomes["judge"].artifact.read()  # before the forced rerun replaces it
     before = len(server.chats())
-    rerun = _run(run["config"], run["store"], Selection(only="judge", force=True))
+    rerun = _run(run["path"], run["store"], Selection(only="judge", force=True))
     sent = server.chats()[before:]
     # Answered pairs come from the reply cache; only the quarantined pairs are asked again,
     # once each (the fault that broke them is used up, so they now validate).
@@ -241,6 +250,43 @@ def test_evaluate_reports_both_baselines_per_condition_and_split(run: Any) -> No
     # (BM25 returns only passages sharing a term with the query.)
     assert all(r["recall_at_100"] == pytest.approx(1.0) for r in rows if r["model"] == "dense")
     assert {r["split"] for r in rows} >= {"all"}
+
+
+def test_cli_release_calibrate_and_report(run: Any, tmp_path: Path) -> None:
+    outcomes = run["outcomes"]
+    common = ["-c", str(run["path"]), "-a", str(run["store"].root)]
+    out = tmp_path / "release"
+    result = CliRunner().invoke(app, ["release", "cure", "--out", str(out), *common])
+    assert result.exit_code == 0, result.output
+    copied = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.jsonl"))
+    assert copied == sorted(f["path"] for f in outcomes["release"].artifact.read().to_pylist())
+    assert (out / "README.md").read_text().startswith("---")
+    again = CliRunner().invoke(app, ["release", "cure", "--out", str(out), *common])
+    assert again.exit_code == 1 and "not empty" in again.output
+
+    # Label the two best pairs of each query relevant and the rest not.
+    pool = outcomes["pool"].artifact.read().to_pylist()
+    labels = tmp_path / "labels.csv"
+    grade = {(r["query_id"], r["passage_id"]): 2 if r["rank"] <= 2 else 0 for r in pool}
+    lines = ["query_id,passage_id,label"] + [f"{q},{p},{g}" for (q, p), g in grade.items()]
+    labels.write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(
+        app, ["calibrate", "cure", "--labels", str(labels), "--out", str(tmp_path), *common]
+    )
+    assert result.exit_code == 0, result.output
+    best = float(result.output.split("best threshold ")[1].split()[0])
+
+    def criterion(t: float) -> float:  # CURE's: share of relevant pairs kept minus irrelevant ones
+        kept = {k: r["probability"] >= t for r in pool for k in [(r["query_id"], r["passage_id"])]}
+        relevant = [kept[k] for k, g in grade.items() if g]
+        irrelevant = [kept[k] for k, g in grade.items() if not g]
+        return sum(relevant) / len(relevant) - sum(irrelevant) / len(irrelevant)
+
+    probabilities = sorted({r["probability"] for r in pool})
+    assert criterion(best - 1e-4) >= max(criterion(p) for p in probabilities) - 0.05
+    assert (tmp_path / "calibration.png").stat().st_size > 10_000
+    sweep = (tmp_path / "calibration.csv").read_text().splitlines()
+    assert sweep[0].startswith('"threshold"') and len(sweep) == 102
 
 
 def test_validate_judgement_accepts_only_the_schema() -> None:

