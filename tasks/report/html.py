@@ -172,7 +172,9 @@ _TEMPLATE = """<!DOCTYPE html>
 {%- endfor %}
 </tbody></table>
 <p class="note">Pairs scored: every query–passage pair the cross-encoder scored (the histograms' total).
-Pool size: stored pairs whose probability is at least {{ p.threshold }}; the mean is over the queries with stored pairs.</p>
+Pool size: stored pairs whose probability is at least {{ p.threshold }}; the mean is over the queries with stored pairs.
+{%- set c = r.stage("pool").cost %}{% if c.get("scoring_s") %} Cross-encoder throughput in this computation:
+{{ "{:,.0f}".format(c["pairs_scored"] / c["scoring_s"]) }} pairs/s.{% endif %}</p>
 {%- if plots.pool %}<figure>{{ plots.pool }}<figcaption>Probabilities of all scored pairs per domain, 20 bins.</figcaption></figure>{% endif %}
 {%- endif %}
 </section>
