@@ -1,0 +1,172 @@
+"""Benchmark: exact evidence-set selection on the released EvidenceBench dev set, against greedy.
+
+    .venv/bin/python bench/bench_evidence_select.py [--repeat 3]
+
+For each of the 37 dev instances (``../shared/samples/evidencebench``) it computes the four
+released evaluation fields with :func:`tasks.evidence.selection.evaluations`: the exact
+minimum cover (``optimal``) and the exact maximum coverage by 10 sentences, for all aspects,
+and the same for results aspects with 5 sentences; each with its lexicographically smallest
+selection (integer programs, HiGHS through ``scipy.optimize.milp``). Target: all 37 in
+under 10 s.
+
+The **peer** is the plain greedy set cover (take the sentence covering most uncovered
+aspects, lowest index on ties) for the optimum, and greedy maximum coverage (k greedy
+picks) for @K: the usual fast approximation. Reported: both times, the ratio, and how often
+greedy misses the exact optimum (a larger cover, or fewer aspects in K sentences). Every
+exact optimum is also checked against the released one. On the dev set greedy happens to
+be optimal everywhere (small aspect sets); the brute-force-checked case in
+``tests/test_evidence_selection.py::test_greedy_would_pick_more_sentences`` is one where
+it is not.
+
+Results go to ``bench/results/evidence_select.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy  # type: ignore[import-untyped]
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(REPO))
+
+from bench.samples import SAMPLES  # noqa: E402
+from tasks.evidence.selection import AspectGroup, Coverage, coverage, evaluations  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "evidence_select.json"
+DEV = SAMPLES / "evidencebench" / "evidencebench_dev_set.json"
+GROUPS: tuple[tuple[AspectGroup, str, int], ...] = (("all", "", 10), ("results", "results_", 5))
+
+
+def greedy(cov: Coverage, k: int | None) -> list[int]:
+    """Greedy cover (``k`` None: until every coverable aspect is covered) or ``k`` greedy picks."""
+    left = cov.matrix.any(axis=0)
+    chosen: list[int] = []
+    while left.any() and (k is None or len(chosen) < k):
+        gains = (cov.matrix & left).sum(axis=1)
+        best = int(np.argmax(gains))  # first maximum: lowest index on ties
+        chosen.append(best)
+        left &= ~cov.matrix[best]
+    return chosen
+
+
+def greedy_fields(instance: dict[str, Any], name: str) -> dict[str, tuple[int, int]]:
+    """Per task: (greedy cover size, -) for the optimum, (-, aspects covered) for @K."""
+    out: dict[str, tuple[int, int]] = {}
+    for group, prefix, k in GROUPS:
+        cov = coverage(instance, group, name)
+        if not cov.coverable:
+            continue
+        out[f"{prefix}optimal"] = (len(greedy(cov, None)), len(cov.coverable))
+        picks = greedy(cov, k)
+        out[f"{prefix}at_{k}"] = (len(picks), len(cov.covered_by(picks)))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--dev", type=Path, default=DEV, help="the released dev set JSON")
+    parser.add_argument("--repeat", type=int, default=3, help="timed passes over the dev set (median)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    console = Console()
+    if not args.dev.is_file():
+        console.print(f"[red]the dev set is not at {args.dev}[/red]")
+        return 2
+    data: dict[str, dict[str, Any]] = json.loads(args.dev.read_text())
+
+    exact_times: list[float] = []
+    greedy_times: list[float] = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        ours = {key: evaluations(x, key) for key, x in data.items()}
+        exact_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        peer = {key: greedy_fields(x, key) for key, x in data.items()}
+        greedy_times.append(time.perf_counter() - start)
+
+    mismatches: list[str] = []
+    worse = {"optimal": 0, "at_10": 0, "results_optimal": 0, "results_at_5": 0}
+    counted = dict.fromkeys(worse, 0)
+    extra_sentences = 0
+    for key, x in data.items():
+        for _, prefix, k in GROUPS:
+            at_opt, at_k = (
+                f"{prefix}evidence_retrieval_at_optimal_evaluation",
+                f"{prefix}evidence_retrieval_at_{k}_evaluation",
+            )
+            mine, released = ours[key][at_opt], x[at_opt]
+            if (mine is None) != (released is None) or (
+                mine is not None and released is not None and mine["optimal"] != released["optimal"]
+            ):
+                mismatches.append(f"{key} {at_opt}")
+            if mine is None:
+                continue
+            size, _ = peer[key][f"{prefix}optimal"]
+            counted[f"{prefix}optimal"] += 1
+            counted[f"{prefix}at_{k}"] += 1
+            if size > mine["optimal"]:
+                worse[f"{prefix}optimal"] += 1
+                extra_sentences += size - mine["optimal"]
+            exact_k = ours[key][at_k]
+            if exact_k is not None and peer[key][f"{prefix}at_{k}"][1] < len(exact_k["covered_aspects"]):
+                worse[f"{prefix}at_{k}"] += 1
+
+    t_exact, t_greedy = statistics.median(exact_times), statistics.median(greedy_times)
+    result: dict[str, Any] = {
+        "instances": len(data),
+        "repeat": args.repeat,
+        "exact_s": t_exact,
+        "exact_s_all": exact_times,
+        "greedy_s": t_greedy,
+        "exact_over_greedy": t_exact / t_greedy,
+        "target_s": 10.0,
+        "released_optimal_mismatches": mismatches,
+        "greedy_not_optimal": {task: f"{worse[task]}/{counted[task]}" for task in worse},
+        "greedy_extra_sentences": extra_sentences,
+        "environment": {
+            "python": platform.python_version(),
+            "scipy": scipy.__version__,
+            "numpy": np.__version__,
+            "machine": platform.machine(),
+            "processor": platform.processor() or platform.platform(),
+        },
+    }
+    table = Table(title=f"Selection on the {len(data)} dev instances (median of {args.repeat} passes)")
+    for col in ("method", "seconds", "ratio", "not optimal (opt / @10 / res-opt / res-@5)"):
+        table.add_column(col, justify="right" if col != "method" else "left")
+    table.add_row(
+        "ours: exact ILP (scipy milp / HiGHS)", f"{t_exact:.3f}", f"{t_exact / t_greedy:.0f}x greedy", "0"
+    )
+    table.add_row(
+        "peer: greedy cover / greedy @K",
+        f"{t_greedy:.3f}",
+        "1.0x",
+        " / ".join(result["greedy_not_optimal"].values()),
+    )
+    console.print(table)
+    console.print(
+        f"exact optimum equals the released one on {len(data) * 2 - len(mismatches)}/{len(data) * 2} fields; "
+        f"greedy used {extra_sentences} sentences more than optimal in total; "
+        f"target < 10 s: {'met' if t_exact < 10 else 'MISSED'}"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {args.out}")
+    return 0 if not mismatches else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""EvidenceBench construction: harvest, refine, decompose, align, select and evaluate."""
