@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import tasks.cure
+import tasks.evidencebench
 from irforge.errors import IrforgeError
 from irforge.pipeline import Pipeline
 
@@ -16,6 +17,12 @@ PIPELINES: dict[str, Pipeline] = {
         config_type=tasks.cure.CureConfig,
         stages=tasks.cure.STAGES,
         default_config=CONFIGS / "cure.yaml",
+    ),
+    "evidencebench": Pipeline(
+        name="evidencebench",
+        config_type=tasks.evidencebench.EvidenceBenchConfig,
+        stages=tasks.evidencebench.STAGES,
+        default_config=CONFIGS / "evidencebench.yaml",
     ),
 }
 

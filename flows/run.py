@@ -107,4 +107,18 @@ def cure(
     return run_pipeline("cure", Path(config) if config else None, Path(artifacts), selection)
 
 
-FLOWS = {"cure": cure}
+@flow(name="evidencebench")
+def evidencebench(
+    config: str | None = None,
+    artifacts: str = "data/artifacts",
+    from_stage: str | None = None,
+    only: str | None = None,
+    until: str | None = None,
+    force: bool = False,
+) -> RunResult:
+    """EvidenceBench (paper 002): review articles → evidence summaries → cited papers' sentence pools."""
+    selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
+    return run_pipeline("evidencebench", Path(config) if config else None, Path(artifacts), selection)
+
+
+FLOWS = {"cure": cure, "evidencebench": evidencebench}
