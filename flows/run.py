@@ -116,7 +116,7 @@ def evidencebench(
     until: str | None = None,
     force: bool = False,
 ) -> RunResult:
-    """EvidenceBench (paper 002): review articles → evidence summaries → cited papers' sentence pools."""
+    """EvidenceBench (paper 002): reviews → evidence summaries → cited papers' sentence pools → refined summaries → hypotheses."""
     selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
     return run_pipeline("evidencebench", Path(config) if config else None, Path(artifacts), selection)
 

@@ -1,0 +1,294 @@
+"""Stage ``refine``: each evidence summary cut to the cited paper's own evidence, then kept if suitable.
+
+Two LLM steps per harvested summary (EvidenceBench App. H.2–H.3, prompts
+``prompts/evidence_refine.md`` and ``prompts/evidence_suitability.md``, see
+:mod:`tasks.evidence.llm_steps`):
+
+1. **refine**: from the summary's review paragraph, the sentences describing the cited
+   paper's own experiments and observations, copied verbatim (``HINT:``). The citation
+   marker shown to the model is the citation's text in the paragraph with the brackets
+   or parentheses around it (``[3]``, ``(Doe et al., 2020)``).
+2. **suitability**: the refined summary classified ``experiment`` / ``results`` /
+   ``both`` / ``neither`` (``DECISION:``); only ``results`` and ``both`` are kept.
+
+Each step is one batched call per chunk through the reply cache
+(``<artifacts>/cache/llm_replies.sqlite``): a rerun sends only what was never answered.
+The chat model checks each reply's format (and re-asks, ``llm.max_invalid_retries``);
+whether the refine reply's sentences are really in the paragraph and carry the citation
+depends on the request, so that check runs after the call and a reply failing it is
+quarantined as ``invalid_reply`` (not re-asked: greedy decoding would repeat it, and the
+cache answers the same request with the same reply). The fingerprint holds the model's
+description and both prompts' digests.
+
+Units: harvested summaries (``unit_id``). Output: ``unit_id``, ``review_id``,
+``cited_ref_id``, ``citation`` (the marker), ``sentence`` (as harvested), ``paragraph``,
+``context_before``, ``context_after``, ``refined_sentences``, ``summary`` (them joined by
+spaces), ``suitability``, ``engine``, ``model``, and what both requests cost together:
+``prompt_tokens``, ``completion_tokens``, ``attempts``, ``cached`` (both from the cache).
+
+Excluded (``reason``, with ``step``: ``refine`` or ``suitability``): ``not_suitable``
+(``suitability`` holds the label), ``invalid_reply``, ``truncated``, ``request_failed``
+(``raw_reply`` holds the last reply, if any). The manifest's cost: requests sent, cache
+hits, tokens, USD, over both steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pydantic import Field
+
+from irforge.config import StrictModel
+from irforge.errors import IrforgeError
+from irforge.stage import (
+    ArtifactSource,
+    ChunkResult,
+    StageContext,
+    StageSpec,
+    exclusion_schema,
+    rows_to_table,
+)
+from tasks.evidence.llm_steps import (
+    SUITABLE,
+    Prompt,
+    Step,
+    load_prompt,
+    parse_refine,
+    parse_suitability,
+    refine_request,
+    refine_validator,
+    suitability_request,
+)
+from tasks.llm.cache import ChatStats, ReplyCache, cached_chat
+from tasks.llm.config import LLMConfig, chat_model, cost_usd, describe
+from tasks.llm.port import ChatFailure, ChatOutcome, ChatReply, ChatRequest, ReplyInvalid, Validator
+
+_BRACKETS = ("[]", "()")
+
+
+class RefineConfig(StrictModel):
+    llm: LLMConfig = LLMConfig()
+    refine_prompt: str | None = Field(
+        None, description="Refine prompt file relative to the config; default prompts/evidence_refine.md."
+    )
+    suitability_prompt: str | None = Field(
+        None,
+        description="Suitability prompt file relative to the config; default prompts/evidence_suitability.md.",
+    )
+
+
+SCHEMA = pa.schema(
+    [
+        pa.field("unit_id", pa.string(), nullable=False),
+        pa.field("review_id", pa.string(), nullable=False),
+        pa.field("cited_ref_id", pa.string(), nullable=False),
+        pa.field("citation", pa.string(), nullable=False),
+        pa.field("sentence", pa.string(), nullable=False),
+        pa.field("paragraph", pa.string(), nullable=False),
+        pa.field("context_before", pa.list_(pa.string()), nullable=False),
+        pa.field("context_after", pa.list_(pa.string()), nullable=False),
+        pa.field("refined_sentences", pa.list_(pa.string()), nullable=False),
+        pa.field("summary", pa.string(), nullable=False),
+        pa.field("suitability", pa.string(), nullable=False),
+        pa.field("engine", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("prompt_tokens", pa.int64(), nullable=False),
+        pa.field("completion_tokens", pa.int64(), nullable=False),
+        pa.field("attempts", pa.int32(), nullable=False),
+        pa.field("cached", pa.bool_(), nullable=False),
+    ]
+)
+EXCLUDED_SCHEMA = exclusion_schema(
+    pa.field("unit_id", pa.string(), nullable=False),
+    pa.field("review_id", pa.string(), nullable=False),
+    pa.field("step", pa.string(), nullable=False),
+    pa.field("suitability", pa.string()),
+    pa.field("raw_reply", pa.string()),
+    pa.field("attempts", pa.int32(), nullable=False),
+)
+_COLUMNS = [
+    "unit_id",
+    "review_id",
+    "cited_ref_id",
+    "sentence",
+    "paragraph",
+    "citation_spans",
+    "context_before",
+    "context_after",
+]
+
+
+# -- helpers shared with the hypothesis stage ----------------------------------------
+
+
+def step_prompt(step: Step, path: str | None, base_dir: Path) -> Prompt:
+    """The prompt of ``step``: the file ``path`` (relative to the config) or the default one."""
+    return load_prompt(step, None if path is None else base_dir / path)
+
+
+def ask(
+    ctx: StageContext[Any], llm: LLMConfig, requests: Sequence[ChatRequest], validate: Validator
+) -> tuple[list[ChatOutcome], ChatStats]:
+    """``requests`` answered through the reply cache at ``<cache_dir>/llm_replies.sqlite``."""
+    if ctx.cache_dir is None or ctx.files_dir is None:
+        raise IrforgeError("no cache or work folder for the LLM replies (run the stage through the engine)")
+    if not requests:
+        return [], ChatStats()
+    model = chat_model(llm, ctx.base_dir, ctx.files_dir)
+    ctx.cache_dir.mkdir(parents=True, exist_ok=True)
+    with ReplyCache(ctx.cache_dir / "llm_replies.sqlite") as cache:
+        return cached_chat(model, cache, requests, validate)
+
+
+def llm_cost(llm: LLMConfig, stats: ChatStats) -> dict[str, float]:
+    """The manifest's cost entry for the requests behind ``stats``."""
+    return {
+        "requests_sent": stats.sent,
+        "cache_hits": stats.hits,
+        "prompt_tokens": stats.prompt_tokens,
+        "completion_tokens": stats.completion_tokens,
+        "usd": cost_usd(llm, stats.prompt_tokens, stats.completion_tokens),
+    }
+
+
+def failure_fields(step: str, outcome: ChatFailure) -> dict[str, Any]:
+    """The excluded-row fields of a request that ended without a valid reply."""
+    return {
+        "reason": outcome.reason,
+        "detail": f"{step}: {outcome.detail}",
+        "step": step,
+        "raw_reply": outcome.raw_text,
+        "attempts": outcome.attempts,
+    }
+
+
+def spent(*replies: ChatReply) -> dict[str, Any]:
+    """What the replies of one unit cost together (``cached``: every one came from the cache)."""
+    return {
+        "prompt_tokens": sum(r.prompt_tokens for r in replies),
+        "completion_tokens": sum(r.completion_tokens for r in replies),
+        "attempts": sum(r.attempts for r in replies),
+        "cached": all(r.cached for r in replies),
+    }
+
+
+# -- the stage ------------------------------------------------------------------------
+
+
+def citation_marker(paragraph: str, spans: Sequence[dict[str, int]]) -> str:
+    """The first citation's text in ``paragraph``, with the brackets or parentheses right around it.
+
+    The harvest's spans cover an xref's text ("3"); the paragraph usually shows it as "[3]",
+    which is what a reader (and the model) recognises as the citation.
+    """
+    if not spans:
+        raise ValueError("a summary without citation spans: the harvest keeps only sentences citing a paper")
+    start, end = spans[0]["start"], spans[0]["end"]
+    if start > 0 and end < len(paragraph) and paragraph[start - 1] + paragraph[end] in _BRACKETS:
+        start, end = start - 1, end + 1
+    return paragraph[start:end]
+
+
+def inputs(ctx: StageContext[RefineConfig]) -> dict[str, Any]:
+    config = ctx.config
+    return {
+        "llm": describe(config.llm, ctx.base_dir),
+        "prompts": {
+            "refine": step_prompt("refine", config.refine_prompt, ctx.base_dir).sha256,
+            "suitability": step_prompt("suitability", config.suitability_prompt, ctx.base_dir).sha256,
+        },
+    }
+
+
+def source(ctx: StageContext[RefineConfig], _inputs: dict[str, Any]) -> ArtifactSource:
+    return ArtifactSource(ctx.upstream["harvest"], columns=_COLUMNS)
+
+
+def process(chunk: pa.Table, ctx: StageContext[RefineConfig]) -> ChunkResult:
+    """Refine every summary of the chunk, then classify the refined ones."""
+    config = ctx.config
+    sampling = config.llm.sampling
+    refine_prompt = step_prompt("refine", config.refine_prompt, ctx.base_dir)
+    rows = chunk.to_pylist()
+    for row in rows:
+        row["citation"] = citation_marker(row["paragraph"], row["citation_spans"])
+    requests = [
+        refine_request(r["unit_id"], r["paragraph"], r["citation"], prompt=refine_prompt, sampling=sampling)
+        for r in rows
+    ]
+    refined, refine_stats = ask(ctx, config.llm, requests, parse_refine)
+
+    excluded: list[dict[str, Any]] = []
+    summaries: list[tuple[dict[str, Any], ChatReply, tuple[str, ...]]] = []
+    for row, outcome in zip(rows, refined, strict=True):
+        if isinstance(outcome, ChatFailure):
+            excluded.append(_excluded(row, failure_fields("refine", outcome)))
+            continue
+        assert isinstance(outcome, ChatReply)
+        try:
+            sentences = refine_validator(row["paragraph"], row["citation"])(outcome.text)
+        except ReplyInvalid as err:
+            fields = {"reason": "invalid_reply", "detail": f"refine: {err}", "step": "refine"}
+            excluded.append(
+                _excluded(row, {**fields, "raw_reply": outcome.text, "attempts": outcome.attempts})
+            )
+            continue
+        summaries.append((row, outcome, sentences))
+
+    suitability_prompt = step_prompt("suitability", config.suitability_prompt, ctx.base_dir)
+    requests = [
+        suitability_request(row["unit_id"], " ".join(s), prompt=suitability_prompt, sampling=sampling)
+        for row, _, s in summaries
+    ]
+    labelled, suitability_stats = ask(ctx, config.llm, requests, parse_suitability)
+
+    kept: list[dict[str, Any]] = []
+    for (row, refine_reply, sentences), outcome in zip(summaries, labelled, strict=True):
+        if isinstance(outcome, ChatFailure):
+            excluded.append(_excluded(row, failure_fields("suitability", outcome)))
+            continue
+        assert isinstance(outcome, ChatReply)
+        label = outcome.value
+        if label not in SUITABLE:
+            fields = {"reason": "not_suitable", "detail": f"suitability: {label}", "step": "suitability"}
+            excluded.append(_excluded(row, {**fields, "suitability": label, "attempts": outcome.attempts}))
+            continue
+        kept.append(
+            {
+                **{name: row[name] for name in ("unit_id", "review_id", "cited_ref_id", "citation")},
+                **{name: row[name] for name in ("sentence", "paragraph", "context_before", "context_after")},
+                "refined_sentences": list(sentences),
+                "summary": " ".join(sentences),
+                "suitability": label,
+                "engine": config.llm.engine,
+                "model": outcome.model,
+                **spent(refine_reply, outcome),
+            }
+        )
+    return ChunkResult(
+        rows_to_table(kept, SCHEMA),
+        rows_to_table(excluded, EXCLUDED_SCHEMA),
+        cost=llm_cost(config.llm, refine_stats + suitability_stats),
+    )
+
+
+def _excluded(row: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    return {"unit_id": row["unit_id"], "review_id": row["review_id"], **fields}
+
+
+SPEC: StageSpec[RefineConfig] = StageSpec(
+    name="refine",
+    version=1,
+    config_type=RefineConfig,
+    upstream=("harvest",),
+    schema=SCHEMA,
+    excluded_schema=EXCLUDED_SCHEMA,
+    key=("unit_id",),
+    inputs=inputs,
+    source=source,
+    process=process,
+    description="LLM: each summary cut to the cited paper's own evidence, kept if it reports results.",
+)
