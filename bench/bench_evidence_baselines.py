@@ -1,0 +1,161 @@
+"""Benchmark: retrieval baselines on the released EvidenceBench dev set, next to the paper's BM25.
+
+    .venv/bin/python bench/bench_evidence_baselines.py [--model builtin:all-MiniLM-L6-v2] [--device cpu]
+
+Each of the 37 dev instances (``../shared/samples/evidencebench``) is scored on the four
+tasks (ER@optimal, ER@10, Result-ER@optimal, Result-ER@5) by
+:func:`tasks.evidence.baselines.evaluate`; every baseline ranks the paper's candidate-pool
+sentences with the hypothesis as the query and keeps the top K of each task:
+
+* **BM25**: :class:`~tasks.evidence.baselines.BM25Ranker` (bm25s, Lucene BM25, k1 1.5, b 0.75);
+* **MiniLM**: exact cosine under ``--model`` (all-MiniLM-L6-v2 by default, shipped in a
+  PyPI package: no hub access), hypothesis as is;
+* **MiniLM + E.6 prefix**: the same, with the instruction of App. E.6 prepended to the
+  hypothesis (the results instruction for the results tasks). MiniLM was trained without
+  instructions: this row shows the plumbing, not what an instruction-tuned model gains.
+
+Reported per task: the mean aspect recall in percent, its standard error over instances
+(sample standard deviation / sqrt(n); the paper bootstraps), how many instances were
+skipped (no results aspects), and each row's seconds (the first dense row encodes every
+pool, the second reuses those vectors and encodes only its queries). The paper reports BM25
+only for ER@optimal and ER@10 without instruction, on the **test** set (Table 11); it gives
+no dev-set figures, so its row is a reference, not a like-for-like comparison. Results go
+to ``bench/results/evidence_baselines.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(REPO))
+
+from bench.samples import SAMPLES  # noqa: E402
+from tasks.embed.local import BUILTIN_MINILM, SentenceTransformerEncoder  # noqa: E402
+from tasks.evidence.baselines import (  # noqa: E402
+    E6_PREFIXES,
+    BM25Ranker,
+    DenseRanker,
+    RankingBaseline,
+    TaskScore,
+    evaluate,
+)
+from tasks.evidence.selection import TASK_K, Task  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "evidence_baselines.json"
+DEV = SAMPLES / "evidencebench" / "evidencebench_dev_set.json"
+# EvidenceBench Table 11 (App. E.6), BM25, no instruction, on the test set: mean and standard error.
+PAPER_BM25_TEST: dict[Task, tuple[float, float] | None] = {
+    "ER@optimal": (16.5, 1.1),
+    "ER@10": (34.4, 1.7),
+    "Result-ER@optimal": None,
+    "Result-ER@5": None,
+}
+
+
+def summary(score: TaskScore) -> dict[str, Any]:
+    """Mean and standard error in percent, over the scored instances, and the skipped ones."""
+    values = list(score.per_instance.values())
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+    return {
+        "mean_pct": 100 * score.mean,
+        "se_pct": 100 * se,
+        "scored": len(values),
+        "skipped": list(score.skipped),
+        "per_instance": score.per_instance,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--dev", type=Path, default=DEV, help="the released dev set JSON")
+    parser.add_argument(
+        "--model", default=BUILTIN_MINILM, help="sentence-transformers model of the dense rows"
+    )
+    parser.add_argument("--device", default=None, help="torch device (default: CUDA when present, else CPU)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    console = Console(width=120)
+    if not args.dev.is_file():
+        console.print(f"[red]the dev set is not at {args.dev}[/red]")
+        return 2
+    data: dict[str, dict[str, Any]] = json.loads(args.dev.read_text())
+    encoder = SentenceTransformerEncoder(args.model, device=args.device)
+    dense = DenseRanker(encoder, cached_pools=len(data))  # the pools are encoded once, for both rows
+    short = args.model.removeprefix("builtin:")
+    systems = {
+        "BM25 (bm25s, Lucene)": RankingBaseline(BM25Ranker()),
+        short: RankingBaseline(dense),
+        f"{short} + E.6 prefix": RankingBaseline(dense, E6_PREFIXES),
+    }
+    rows: dict[str, dict[str, Any]] = {}
+    for label, system in systems.items():
+        console.print(f"{label} ...")
+        start = time.perf_counter()
+        scores = evaluate(data, system)
+        seconds = time.perf_counter() - start
+        rows[label] = {"seconds": seconds, "tasks": {task: summary(s) for task, s in scores.items()}}
+
+    table = Table(title=f"Aspect recall (%) on the {len(data)} EvidenceBench dev instances, mean ± s.e.")
+    table.add_column("system")
+    for task in TASK_K:
+        table.add_column(task, justify="right")
+    table.add_column("seconds", justify="right")
+    for label, row in rows.items():
+        cells = [f"{t['mean_pct']:.1f} ± {t['se_pct']:.1f}" for t in row["tasks"].values()]
+        table.add_row(label, *cells, f"{row['seconds']:.1f}")
+    table.add_row(
+        "paper: BM25, test set (Table 11)",
+        *(f"{v[0]:.1f} ± {v[1]:.1f}" if v else "not reported" for v in PAPER_BM25_TEST.values()),
+        "",
+    )
+    console.print(table)
+    skipped = {t: len(s["skipped"]) for t, s in next(iter(rows.values()))["tasks"].items()}
+    console.print(
+        f"skipped (no results aspects): {skipped['Result-ER@optimal']} of {len(data)} instances "
+        f"for the Result-* tasks; dense model {encoder.model_id} on {encoder.device}. The paper's "
+        "figures are on its test set; it gives none for the dev set."
+    )
+    result = {
+        "instances": len(data),
+        "dev_set": str(args.dev.name),
+        "systems": rows,
+        "paper_bm25_test_set_table_11": {
+            t: (None if v is None else {"mean_pct": v[0], "se_pct": v[1]}) for t, v in PAPER_BM25_TEST.items()
+        },
+        "prefixes": dict(E6_PREFIXES),
+        "encoder": encoder.describe(),
+        "device": encoder.device,
+        "environment": {
+            "python": platform.python_version(),
+            "bm25s": version("bm25s"),
+            "sentence_transformers": version("sentence-transformers"),
+            "torch": version("torch"),
+            "cpus": os.cpu_count(),
+            "machine": platform.machine(),
+            "processor": platform.processor() or platform.platform(),
+        },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
