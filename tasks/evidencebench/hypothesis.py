@@ -41,7 +41,7 @@ from irforge.stage import (
     rows_to_table,
 )
 from tasks.evidence.llm_steps import parse_hypothesis, recover_hypothesis_request, trim_hypothesis_request
-from tasks.evidencebench.refine import ask, failure_fields, llm_cost, spent, step_prompt
+from tasks.evidencebench.refine import ask, excluded_row, failure_fields, llm_cost, spent, step_prompt
 from tasks.llm.config import LLMConfig, describe
 from tasks.llm.port import ChatFailure, ChatReply
 
@@ -136,7 +136,7 @@ def process(chunk: pa.Table, ctx: StageContext[HypothesisConfig]) -> ChunkResult
     to_trim: list[tuple[dict[str, Any], ChatReply]] = []
     for row, outcome in zip(rows, recovered, strict=True):
         if isinstance(outcome, ChatFailure):
-            excluded.append(_excluded(row, failure_fields("hypothesis_recover", outcome)))
+            excluded.append(excluded_row(row, failure_fields("hypothesis_recover", outcome)))
         else:
             assert isinstance(outcome, ChatReply)
             to_trim.append((row, outcome))
@@ -153,7 +153,7 @@ def process(chunk: pa.Table, ctx: StageContext[HypothesisConfig]) -> ChunkResult
     kept: list[dict[str, Any]] = []
     for (row, recover_reply), outcome in zip(to_trim, trimmed, strict=True):
         if isinstance(outcome, ChatFailure):
-            excluded.append(_excluded(row, failure_fields("hypothesis_trim", outcome)))
+            excluded.append(excluded_row(row, failure_fields("hypothesis_trim", outcome)))
             continue
         assert isinstance(outcome, ChatReply)
         kept.append(
@@ -174,10 +174,6 @@ def process(chunk: pa.Table, ctx: StageContext[HypothesisConfig]) -> ChunkResult
         rows_to_table(excluded, EXCLUDED_SCHEMA),
         cost=llm_cost(config.llm, recover_stats + trim_stats),
     )
-
-
-def _excluded(row: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
-    return {"unit_id": row["unit_id"], "review_id": row["review_id"], **fields}
 
 
 SPEC: StageSpec[HypothesisConfig] = StageSpec(

@@ -225,7 +225,7 @@ def process(chunk: pa.Table, ctx: StageContext[RefineConfig]) -> ChunkResult:
     summaries: list[tuple[dict[str, Any], ChatReply, tuple[str, ...]]] = []
     for row, outcome in zip(rows, refined, strict=True):
         if isinstance(outcome, ChatFailure):
-            excluded.append(_excluded(row, failure_fields("refine", outcome)))
+            excluded.append(excluded_row(row, failure_fields("refine", outcome)))
             continue
         assert isinstance(outcome, ChatReply)
         try:
@@ -233,7 +233,7 @@ def process(chunk: pa.Table, ctx: StageContext[RefineConfig]) -> ChunkResult:
         except ReplyInvalid as err:
             fields = {"reason": "invalid_reply", "detail": f"refine: {err}", "step": "refine"}
             excluded.append(
-                _excluded(row, {**fields, "raw_reply": outcome.text, "attempts": outcome.attempts})
+                excluded_row(row, {**fields, "raw_reply": outcome.text, "attempts": outcome.attempts})
             )
             continue
         summaries.append((row, outcome, sentences))
@@ -248,13 +248,13 @@ def process(chunk: pa.Table, ctx: StageContext[RefineConfig]) -> ChunkResult:
     kept: list[dict[str, Any]] = []
     for (row, refine_reply, sentences), outcome in zip(summaries, labelled, strict=True):
         if isinstance(outcome, ChatFailure):
-            excluded.append(_excluded(row, failure_fields("suitability", outcome)))
+            excluded.append(excluded_row(row, failure_fields("suitability", outcome)))
             continue
         assert isinstance(outcome, ChatReply)
         label = outcome.value
         if label not in SUITABLE:
             fields = {"reason": "not_suitable", "detail": f"suitability: {label}", "step": "suitability"}
-            excluded.append(_excluded(row, {**fields, "suitability": label, "attempts": outcome.attempts}))
+            excluded.append(excluded_row(row, {**fields, "suitability": label, "attempts": outcome.attempts}))
             continue
         kept.append(
             {
@@ -275,7 +275,7 @@ def process(chunk: pa.Table, ctx: StageContext[RefineConfig]) -> ChunkResult:
     )
 
 
-def _excluded(row: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+def excluded_row(row: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
     return {"unit_id": row["unit_id"], "review_id": row["review_id"], **fields}
 
 
