@@ -23,6 +23,7 @@ from tasks.release.card import (
     split_statistics,
 )
 from tasks.release.layout import write_release
+from tests.conftest import fake_key
 
 DOMAINS = ("dermatology", "genetics")
 SPLITS = (*DOMAINS, "all")  # "all": datasets' keyword for the union of the domain splits
@@ -402,9 +403,9 @@ def test_a_failure_while_writing_leaves_nothing_behind(
 
 def test_card_never_takes_secrets_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     secrets = {
-        "HF_TOKEN": "hf_EnvironmentTokenThatMustNeverLeak0123",
+        "HF_TOKEN": fake_key("hf_", "environment token"),
         "DEEPL_AUTH_KEY": "0f0e0d0c-0b0a-0908-0706-050403020100:fx",
-        "OPENAI_API_KEY": "sk-environment-key-that-must-never-leak",
+        "OPENAI_API_KEY": fake_key("sk-", "environment key"),
     }
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
@@ -420,7 +421,7 @@ def test_card_never_takes_secrets_from_the_environment(monkeypatch: pytest.Monke
 @pytest.mark.parametrize(
     "config_text",
     [
-        "hub:\n  hf_token: hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789\n",
+        f"hub:\n  hf_token: {fake_key('hf_', 'card token')}\n",
         "deepl:\n  auth_key: 0f0e0d0c-0b0a-0908-0706-050403020100:fx\n",
         "llm:\n  headers: {Authorization: Bearer abcdefghijklmnop1234}\n",
         "llm:\n  api_key: not-an-env-reference-123\n",
@@ -592,7 +593,7 @@ class FakeHub:
         request.wfile.write(data)
 
 
-HUB_TOKEN = "hf_FakeHubTokenForLoopbackTests0123456789"
+HUB_TOKEN = fake_key("hf_", "loopback hub")
 
 
 @pytest.fixture
@@ -700,7 +701,7 @@ def test_push_with_a_bad_token_fails_at_once_without_showing_it(tmp_path: Path, 
 
     folder = tmp_path / "release"
     write(folder)
-    wrong = "hf_WrongTokenThatMustNotBePrinted987654321"
+    wrong = fake_key("hf_", "wrong token")
     waits: list[float] = []
     with pytest.raises(HubAuthError, match=r"HTTP 401.*HF_TOKEN") as caught:
         push_release(
