@@ -148,6 +148,7 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
         for r in _load(folder, present, "qrels", split):
             qrels.setdefault(str(r["query-id"]), {})[str(r["corpus-id"])] = int(r["score"])
         units = [u for u in chunk.to_pylist() if u["split"] == split]
+        queries: dict[str, list[dict[str, Any]]] = {}
         for lang, condition in CONDITIONS.items():
             todo = [u for u in units if u["condition"] == condition]
             if not todo:
@@ -157,27 +158,39 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
                     {**u, "reason": "no_queries", "detail": f"no {lang} queries in {split}"} for u in todo
                 ]
                 continue
-            queries = pa.Table.from_pylist(_load(folder, present, f"queries-{lang}", split))
-            for unit in todo:
-                if unit["model"] == "bm25":
-                    run = bm25_run(corpus, queries, k=ctx.config.depth)
-                else:
-                    if encoder is None:
-                        embed = EmbedConfig.model_validate(
-                            ctx.upstream["embed"].manifest["material"]["config"]
-                        )
-                        encoder = encoder_for(resolved(embed.encoder, ctx.base_dir))
-                    run = dense_run(corpus, queries, encoder, k=ctx.config.depth)
-                judged = {q: rel for q, rel in qrels.items() if q in set(queries.column("_id").to_pylist())}
-                scores = evaluate(judged, run, measures=("nDCG@10", "R@100"))
-                kept.append(
+            queries[lang] = _load(folder, present, f"queries-{lang}", split)
+        if not queries:
+            continue
+        # One retrieval per model over every language's queries (ids made unique by language):
+        # the corpus is indexed or encoded once per split, not once per condition.
+        every = pa.Table.from_pylist(
+            [{"_id": f"{lang}:{q['_id']}", "text": q["text"]} for lang, rows in queries.items() for q in rows]
+        )
+        for model in sorted({u["model"] for u in units}):
+            if model == "bm25":
+                run = bm25_run(corpus, every, k=ctx.config.depth)
+            else:
+                if encoder is None:
+                    embed = EmbedConfig.model_validate(ctx.upstream["embed"].manifest["material"]["config"])
+                    encoder = encoder_for(resolved(embed.encoder, ctx.base_dir))
+                run = dense_run(corpus, every, encoder, k=ctx.config.depth)
+            for lang, rows in queries.items():
+                ids = {str(q["_id"]) for q in rows}
+                judged = {q: rel for q, rel in qrels.items() if q in ids}
+                lang_run = {
+                    qid.split(":", 1)[1]: hits for qid, hits in run.items() if qid.startswith(f"{lang}:")
+                }
+                scores = evaluate(judged, lang_run, measures=("nDCG@10", "R@100"))
+                kept += [
                     {
-                        **unit,
+                        **u,
                         "ndcg_at_10": scores["nDCG@10"],
                         "recall_at_100": scores["R@100"],
                         "queries": len(judged),
                     }
-                )
+                    for u in units
+                    if u["model"] == model and u["condition"] == CONDITIONS[lang]
+                ]
     tables: dict[str, pa.Table] = {}
     path = _labels_path(ctx)
     if path is not None:

@@ -185,7 +185,7 @@ def _queries(ctx: StageContext[PoolConfig], _inputs: dict[str, Any]) -> TableSou
 
 @dataclass(frozen=True)
 class _Split:
-    passage_ids: list[str]
+    passage_ids: npt.NDArray[np.object_]  # an array once per split: every query's ranking indexes it
     article_ids: list[str]
     texts: list[str]
 
@@ -197,7 +197,7 @@ def _splits(corpus_path: Path) -> dict[str, _Split]:
     for domain in sorted(set(table.column("domain").to_pylist())):
         rows = table.filter(pc.equal(table.column("domain"), domain))
         out[domain] = _Split(
-            rows.column("passage_id").to_pylist(),
+            np.asarray(rows.column("passage_id").to_pylist(), dtype=object),
             rows.column("article_id").to_pylist(),
             rows.column("text").to_pylist(),
         )
@@ -291,7 +291,7 @@ def _stored_pairs(
     config: PoolConfig,
 ) -> tuple[pa.Table, int]:
     # Rank by probability, best first; equal scores by passage id so the cut is deterministic.
-    ids = np.asarray(split.passage_ids, dtype=object)
+    ids = split.passage_ids
     order = np.lexsort((ids, -prob))
     rank = np.empty(len(order), np.int32)
     rank[order] = np.arange(1, len(order) + 1, dtype=np.int32)
