@@ -288,7 +288,8 @@ def release(
     artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
 ) -> None:
     """The release folder of the current config: print it, copy it (--out), or push it (--push)."""
-    artifact = _fresh_artifact(flow, "release", config, ArtifactStore(artifacts.resolve()))
+    stage = get_pipeline(flow).release_stage
+    artifact = _fresh_artifact(flow, stage, config, ArtifactStore(artifacts.resolve()))
     folder = artifact.files / "release"
     if out_dir is not None:
         if out_dir.exists() and any(out_dir.iterdir()):

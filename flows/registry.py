@@ -23,6 +23,7 @@ PIPELINES: dict[str, Pipeline] = {
         config_type=tasks.evidencebench.EvidenceBenchConfig,
         stages=tasks.evidencebench.STAGES,
         default_config=CONFIGS / "evidencebench.yaml",
+        release_stage="export",
     ),
 }
 

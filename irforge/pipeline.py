@@ -30,6 +30,7 @@ class Pipeline:
     config_type: type[FlowConfig]
     stages: tuple[StageSpec[Any], ...]  # in an order where upstream comes first
     default_config: Path
+    release_stage: str = "release"  # the stage whose files/release folder `irforge release` serves
 
     def __post_init__(self) -> None:
         seen: set[str] = set()

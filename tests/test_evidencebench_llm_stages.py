@@ -20,8 +20,8 @@ from flows.registry import get_pipeline
 from irforge.artifacts import ArtifactStore
 from irforge.config import validate_config
 from irforge.pipeline import Selection, execute_step, select_steps
-from tasks.evidencebench.hypothesis import HypothesisConfig
-from tasks.evidencebench.refine import RefineConfig, citation_marker
+from tasks.evidencebench.refine import citation_marker
+from tasks.llm.config import LLMConfig, grammar_field
 from tests.conftest import REPO
 from tests.llm_server import DEFAULT_MODEL, FakeChat, RecordedRequest, last_user_text, words
 
@@ -306,12 +306,16 @@ def test_the_demo_config_plans_the_llm_stages_on_the_embedded_model(tmp_path: Pa
     pipeline = get_pipeline("evidencebench")
     config, base_dir = pipeline.load(DEMO_CONFIG)
     plans = pipeline.plan(config, base_dir)
-    assert list(plans) == ["harvest", "papers", "refine", "hypothesis"]
-    for stage in ("refine", "hypothesis"):
+    assert list(plans) == [
+        *("harvest", "papers", "refine", "hypothesis", "decompose"),
+        *("align", "label", "select", "export", "evaluate"),
+    ]
+    for stage in ("refine", "hypothesis", "decompose", "align", "label"):
         stage_config = pipeline.stage_config(config, stage)
-        assert isinstance(stage_config, RefineConfig | HypothesisConfig)
-        llm = stage_config.llm
-        assert (llm.engine, llm.sampling.max_tokens, llm.max_invalid_retries) == ("llama-cpp", 200, 0)
+        llm = getattr(stage_config, "llm", None)
+        assert isinstance(llm, LLMConfig)
+        assert llm.engine == "llama-cpp"
+        assert grammar_field(llm) == "grammar"  # the embedded server constrains the replies' form
     # Another refine prompt changes refine and what follows, nothing upstream.
     prompt = tmp_path / "my_refine.md"
     prompt.write_text((REPO / "prompts" / "evidence_refine.md").read_text() + "\nBe brief.\n")

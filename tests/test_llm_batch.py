@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -136,6 +137,38 @@ def test_other_structured_output_modes(tmp_path: Path, mode: Any, expected: dict
     sent = {key: body[key] for key in ("structured_outputs", "response_format") if key in body}
     assert sent == expected
     assert model.options()["structured_output"] == mode
+
+
+GRAMMAR = 'root ::= "{\\"echo\\": \\"g\\"}"\n'
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ("structured_outputs", {"structured_outputs": {"grammar": GRAMMAR}}),
+        ("guided_grammar", {"guided_grammar": GRAMMAR}),
+        ("grammar", {"grammar": GRAMMAR}),
+        ("none", {}),
+    ],
+)
+def test_grammar_field_in_each_mode(tmp_path: Path, field: Any, expected: dict[str, Any]) -> None:
+    model = VLLMBatchChatModel(
+        MODEL,
+        tmp_path,
+        command=fake_command(),
+        structured_output="structured_outputs",
+        grammar_field=field,
+        keep_files=True,
+    )
+    constrained = dataclasses.replace(request("a", "one", schema=False), grammar=GRAMMAR)
+    model.run([constrained, request("b", "two", schema=False), request("c", "three")], echo_value)
+
+    bodies = [line["body"] for line in read_jsonl(only_run_dir(tmp_path) / "round-1.input.jsonl")]
+    fields = ("structured_outputs", "guided_grammar", "grammar", "response_format")
+    assert {k: v for k, v in bodies[0].items() if k in fields} == expected
+    assert not set(bodies[1]) & set(fields)
+    assert {k: v for k, v in bodies[2].items() if k in fields} == {"structured_outputs": {"json": SCHEMA}}
+    assert model.options()["grammar_field"] == field
 
 
 def test_faults_are_retried_in_a_second_round(tmp_path: Path) -> None:
@@ -281,6 +314,8 @@ def test_bad_calls_and_config_are_refused(tmp_path: Path) -> None:
         VLLMBatchChatModel(MODEL, tmp_path, command=["vllm", "run-batch", "-o", "{output}"])
     with pytest.raises(ChatModelError, match="structured_output 'guided_json'"):
         VLLMBatchChatModel(MODEL, tmp_path, structured_output="guided_json")  # type: ignore[arg-type]
+    with pytest.raises(ChatModelError, match="grammar_field 'xgrammar'"):
+        VLLMBatchChatModel(MODEL, tmp_path, grammar_field="xgrammar")  # type: ignore[arg-type]
     with pytest.raises(ChatModelError, match="max_invalid_retries"):
         VLLMBatchChatModel(MODEL, tmp_path, max_invalid_retries=-1)
     with pytest.raises(ChatModelError, match="no model"):

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from tasks.llm.cache import ChatStats, ReplyCache, StoredReply, cached_chat, request_key
-from tasks.llm.openai_chat import OpenAIChatModel, retry_after_s
+from tasks.llm.config import LLMConfig, chat_model, describe, grammar_field
+from tasks.llm.openai_chat import OpenAIChatModel, grammar_fields, merge_fields, retry_after_s
 from tasks.llm.port import (
     ChatFailure,
     ChatModel,
@@ -159,7 +160,11 @@ def test_structured_output_field_in_each_mode(
     make: Make, llm_server: FakeChat, mode: str, expected: dict[str, Any] | None
 ) -> None:
     model = make(structured_output=mode)
-    assert model.options() == {"structured_output": mode, "server": "openai-compatible"}
+    assert model.options() == {
+        "structured_output": mode,
+        "grammar_field": "none",
+        "server": "openai-compatible",
+    }
     outcomes = model.run(
         [ask("with", "with schema", schema_name="verdict"), ask("without", "no schema", json_schema=None)],
         judge,
@@ -168,6 +173,58 @@ def test_structured_output_field_in_each_mode(
     bodies = {r.user_text: r.body for r in llm_server.chats()}
     assert bodies["with schema"].get("response_format") == expected
     assert "response_format" not in bodies["no schema"]
+
+
+GRAMMAR = 'root ::= "{\\"explanation\\": \\"g\\", \\"score\\": 2}"\n'
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ("grammar", {"grammar": GRAMMAR}),
+        ("guided_grammar", {"guided_grammar": GRAMMAR}),
+        ("structured_outputs", {"structured_outputs": {"grammar": GRAMMAR}}),
+        ("none", {}),
+    ],
+)
+def test_grammar_field_in_each_mode(
+    make: Make, llm_server: FakeChat, field: str, expected: dict[str, Any]
+) -> None:
+    model = make(grammar_field=field)
+    assert model.options()["grammar_field"] == field
+    outcomes = model.run(
+        [
+            ask("with", "with grammar", json_schema=None, grammar=GRAMMAR),
+            ask("without", "no grammar", json_schema=None),
+            ask("schema", "schema only"),
+        ],
+        judge,
+    )
+    assert all(isinstance(o, ChatReply) for o in outcomes)
+    fields = ("grammar", "guided_grammar", "structured_outputs")
+    bodies = {r.user_text: r.body for r in llm_server.chats()}
+    assert {k: v for k, v in bodies["with grammar"].items() if k in fields} == expected
+    assert "response_format" not in bodies["with grammar"]
+    for other in ("no grammar", "schema only"):
+        assert not set(bodies[other]) & set(fields)
+    assert "response_format" in bodies["schema only"]  # the schema is still sent as before
+
+
+def test_grammar_fields_merge_with_other_constraint_fields() -> None:
+    body: dict[str, Any] = {"structured_outputs": {"json": {"type": "object"}}, "response_format": {"x": 1}}
+    merge_fields(body, grammar_fields("structured_outputs", "g"))
+    assert body == {
+        "structured_outputs": {"json": {"type": "object"}, "grammar": "g"},
+        "response_format": {"x": 1},
+    }
+    assert grammar_fields("none", "g") == {} and grammar_fields("grammar", None) == {}
+
+
+def test_a_request_takes_a_schema_or_a_grammar_not_both() -> None:
+    with pytest.raises(ValueError, match="both a JSON schema and a grammar"):
+        ask("a", "q", grammar=GRAMMAR)
+    with pytest.raises(ValueError, match="empty grammar"):
+        ask("a", "q", json_schema=None, grammar=" ")
 
 
 def test_missing_usage_counts_zero_tokens(make: Make) -> None:
@@ -378,6 +435,7 @@ def test_run_works_from_a_worker_thread_and_refuses_a_running_loop(make: Make) -
         ({"base_url": "localhost:8000"}, "not an http(s) URL"),
         ({"model": " "}, "no chat model"),
         ({"structured_output": "grammar"}, "structured_output 'grammar'"),
+        ({"grammar_field": "guided_json"}, "grammar_field 'guided_json'"),
         ({"max_concurrency": 0}, "max_concurrency"),
         ({"requests_per_second": 0.0}, "requests_per_second"),
         ({"timeout_s": 0}, "timeout_s"),
@@ -439,6 +497,51 @@ def test_request_key_ignores_the_id_and_covers_what_changes_the_reply() -> None:
     assert (
         request_key("openai", "m", options, ask("a", "q", json_schema=None, schema_name="x")) == variants[7]
     )
+
+
+def test_request_key_covers_the_grammar_and_keeps_grammarless_keys() -> None:
+    old_options = {"structured_output": "json_schema", "server": "openai-compatible"}
+    options = {**old_options, "grammar_field": "grammar"}
+    plain_request = ask("a", "q", json_schema=None)
+    # A request without a grammar keys as before grammars existed, whatever the grammar field.
+    assert request_key("openai", "m", options, plain_request) == request_key(
+        "openai", "m", old_options, plain_request
+    )
+    assert request_key("openai", "m", {**options, "grammar_field": "none"}, plain_request) == request_key(
+        "openai", "m", options, plain_request
+    )
+    keys = {
+        request_key("openai", "m", options, plain_request),
+        request_key("openai", "m", options, ask("a", "q", json_schema=None, grammar='root ::= "x"')),
+        request_key("openai", "m", options, ask("a", "q", json_schema=None, grammar='root ::= "y"')),
+        request_key(
+            "openai",
+            "m",
+            {**options, "grammar_field": "none"},
+            ask("a", "q", json_schema=None, grammar='root ::= "y"'),
+        ),
+    }
+    assert len(keys) == 4
+
+
+def test_llm_config_resolves_the_grammar_field_and_fingerprints_it(tmp_path: Path) -> None:
+    auto = {engine: LLMConfig(engine=engine) for engine in ("openai", "vllm-batch", "llama-cpp")}
+    assert {e: grammar_field(c) for e, c in auto.items()} == {
+        "openai": "none",
+        "vllm-batch": "none",
+        "llama-cpp": "grammar",
+    }
+    vllm = LLMConfig(engine="openai", grammar_field="structured_outputs", base_url="http://gpu:8000/v1")
+    assert grammar_field(vllm) == "structured_outputs"
+    assert describe(auto["llama-cpp"], tmp_path)["grammar_field"] == "grammar"
+    assert describe(auto["openai"], tmp_path)["grammar_field"] == "none"
+    assert describe(vllm, tmp_path)["grammar_field"] == "structured_outputs"
+
+    adapter = chat_model(vllm, tmp_path, tmp_path)
+    assert isinstance(adapter, OpenAIChatModel) and adapter.options()["grammar_field"] == "structured_outputs"
+    batch = chat_model(LLMConfig(engine="vllm-batch", grammar_field="guided_grammar"), tmp_path, tmp_path)
+    assert batch.options()["grammar_field"] == "guided_grammar"
+    assert chat_model(auto["vllm-batch"], tmp_path, tmp_path).options()["grammar_field"] == "none"
 
 
 # -- the reply cache ---------------------------------------------------------------------

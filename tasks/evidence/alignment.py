@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from tasks.evidence.grammars import selection_grammar
 from tasks.evidence.llm_steps import Prompt, keyword_value, load_prompt, one_line
 from tasks.llm.cache import ChatStats, ReplyCache, cached_chat
 from tasks.llm.port import ChatFailure, ChatModel, ChatReply, ChatRequest, OnOutcome, ReplyInvalid, Sampling
@@ -115,11 +116,15 @@ def alignment_requests(
     stride: int = WINDOW_STRIDE,
     prompt: Prompt | None = None,
     sampling: Sampling | None = None,
+    constrain: bool = False,
+    allow_empty: bool = True,
 ) -> list[AlignmentRequest]:
     """One request per (aspect, window), aspect by aspect; ``custom_id`` is ``<aspect id>@<start>-<stop>``.
 
     ``aspects`` maps aspect ids to their text. Empty ids, aspects, summary or pool elements
-    are errors (a ValueError naming which).
+    are errors (a ValueError naming which). ``constrain`` attaches the GBNF grammar of a
+    valid reply for the window's length (:func:`~tasks.evidence.grammars.selection_grammar`);
+    ``allow_empty=False`` makes that grammar require at least one index.
     """
     if not summary.strip():
         raise ValueError("the evidence summary (the aspects' context) is empty")
@@ -133,14 +138,22 @@ def alignment_requests(
         raise ValueError(f"pool element {blank[0]} is empty ({len(blank)} empty element(s) in all)")
     prompt = prompt or load_prompt("align")
     spans = windows(len(pool), size, stride)
+    grammars = (
+        {len(span): selection_grammar(len(span), allow_empty=allow_empty) for span in spans}
+        if constrain
+        else {}
+    )
     return [
         AlignmentRequest(
-            request=prompt.request(
-                f"{aspect_id}@{span.start}-{span.stop}",
-                sampling,
-                aspect=one_line(text),
-                summary=summary.strip(),
-                elements=render_elements([pool[i] for i in span]),
+            request=replace(
+                prompt.request(
+                    f"{aspect_id}@{span.start}-{span.stop}",
+                    sampling,
+                    aspect=one_line(text),
+                    summary=summary.strip(),
+                    elements=render_elements([pool[i] for i in span]),
+                ),
+                grammar=grammars.get(len(span)),
             ),
             aspect_id=aspect_id,
             window=span,
@@ -184,6 +197,8 @@ def align(
     prompt: Prompt | None = None,
     sampling: Sampling | None = None,
     on_outcome: OnOutcome | None = None,
+    constrain: bool = False,
+    allow_empty: bool = True,
 ) -> Alignment:
     """Align every aspect with the pool through ``model`` behind ``cache`` (nothing is paid twice).
 
@@ -191,7 +206,15 @@ def align(
     back to pool indices) or in ``failures``.
     """
     planned = alignment_requests(
-        aspects, summary, pool, size=size, stride=stride, prompt=prompt, sampling=sampling
+        aspects,
+        summary,
+        pool,
+        size=size,
+        stride=stride,
+        prompt=prompt,
+        sampling=sampling,
+        constrain=constrain,
+        allow_empty=allow_empty,
     )
     by_length: dict[int, list[AlignmentRequest]] = {}
     for item in planned:

@@ -47,6 +47,11 @@ Step = Literal[
     "leak_check",
     "align",
     "label",
+    "retrieve",
+    "retrieve_section",
+    "retrieve_select",
+    "retrieve_regenerate",
+    "negate",
 ]
 PLACEHOLDERS: dict[Step, frozenset[str]] = {
     "refine": frozenset({"paragraph", "citation"}),
@@ -57,6 +62,11 @@ PLACEHOLDERS: dict[Step, frozenset[str]] = {
     "leak_check": frozenset({"summary", "aspects"}),
     "align": frozenset({"aspect", "summary", "elements"}),
     "label": frozenset({"summary", "aspects"}),
+    "retrieve": frozenset({"hypothesis", "elements", "k", "focus"}),
+    "retrieve_section": frozenset({"hypothesis", "elements", "k", "focus"}),
+    "retrieve_select": frozenset({"hypothesis", "elements", "k", "focus"}),
+    "retrieve_regenerate": frozenset({"k"}),
+    "negate": frozenset({"hypothesis"}),
 }
 """Every placeholder of each step's prompt; a prompt file must use exactly these."""
 

@@ -1,9 +1,14 @@
-"""The EvidenceBench flow's stages (EvidenceBench §2–3): harvest → papers, refine → hypothesis, so far.
+"""The EvidenceBench flow's stages (EvidenceBench §2–3, App. C, G, H).
 
 ``harvest`` takes evidence summaries from JATS reviews; ``papers`` finds the research paper
 each summary cites and turns it into the indexed candidate pool the later stages address;
 ``refine`` (LLM) cuts each summary to the cited paper's own evidence and keeps those that
-report results; ``hypothesis`` (LLM) recovers the hypothesis each one supports.
+report results; ``hypothesis`` (LLM) recovers the hypothesis each one supports;
+``decompose`` (LLM) breaks the summary into study aspects and checks them for leaks;
+``align`` (LLM) finds the sentences stating each aspect in windows of 10, stride 5;
+``label`` (LLM) says which aspects are results; ``select`` applies the 70 % coverage rule
+and computes the exact optimal evidence sets; ``export`` writes the released JSON schema
+and a Hugging Face folder; ``evaluate`` scores retrieval systems with ER@K.
 """
 
 from __future__ import annotations
@@ -13,14 +18,26 @@ from typing import Any, Literal
 from irforge.config import StrictModel
 from irforge.pipeline import FlowConfig
 from irforge.stage import StageSpec
+from tasks.evidencebench import align as align_stage
+from tasks.evidencebench import decompose as decompose_stage
+from tasks.evidencebench import evaluate as evaluate_stage
+from tasks.evidencebench import export as export_stage
 from tasks.evidencebench import harvest as harvest_stage
 from tasks.evidencebench import hypothesis as hypothesis_stage
+from tasks.evidencebench import label as label_stage
 from tasks.evidencebench import papers as papers_stage
 from tasks.evidencebench import refine as refine_stage
+from tasks.evidencebench import select as select_stage
+from tasks.evidencebench.align import AlignConfig
+from tasks.evidencebench.decompose import DecomposeConfig
+from tasks.evidencebench.evaluate import EvaluateConfig
+from tasks.evidencebench.export import ExportConfig
 from tasks.evidencebench.harvest import HarvestConfig
 from tasks.evidencebench.hypothesis import HypothesisConfig
+from tasks.evidencebench.label import LabelConfig
 from tasks.evidencebench.papers import PapersConfig
 from tasks.evidencebench.refine import RefineConfig
+from tasks.evidencebench.select import SelectConfig
 
 
 class EvidenceBenchStages(StrictModel):
@@ -29,6 +46,12 @@ class EvidenceBenchStages(StrictModel):
     papers: PapersConfig | None = None
     refine: RefineConfig | None = None
     hypothesis: HypothesisConfig | None = None
+    decompose: DecomposeConfig | None = None
+    align: AlignConfig | None = None
+    label: LabelConfig | None = None
+    select: SelectConfig | None = None
+    export: ExportConfig | None = None
+    evaluate: EvaluateConfig | None = None
 
 
 class EvidenceBenchConfig(FlowConfig):
@@ -41,4 +64,10 @@ STAGES: tuple[StageSpec[Any], ...] = (
     papers_stage.SPEC,
     refine_stage.SPEC,
     hypothesis_stage.SPEC,
+    decompose_stage.SPEC,
+    align_stage.SPEC,
+    label_stage.SPEC,
+    select_stage.SPEC,
+    export_stage.SPEC,
+    evaluate_stage.SPEC,
 )

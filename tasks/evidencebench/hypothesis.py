@@ -40,7 +40,13 @@ from irforge.stage import (
     exclusion_schema,
     rows_to_table,
 )
-from tasks.evidence.llm_steps import parse_hypothesis, recover_hypothesis_request, trim_hypothesis_request
+from tasks.evidence.grammars import hypothesis_grammar
+from tasks.evidence.llm_steps import (
+    parse_hypothesis,
+    recover_hypothesis_request,
+    trim_hypothesis_request,
+)
+from tasks.evidencebench.pools import constrained
 from tasks.evidencebench.refine import ask, excluded_row, failure_fields, llm_cost, spent, step_prompt
 from tasks.llm.config import LLMConfig, describe
 from tasks.llm.port import ChatFailure, ChatReply
@@ -120,13 +126,17 @@ def process(chunk: pa.Table, ctx: StageContext[HypothesisConfig]) -> ChunkResult
     sampling = config.llm.sampling
     recover_prompt = step_prompt("hypothesis_recover", config.recover_prompt, ctx.base_dir)
     rows = chunk.to_pylist()
+    grammar = hypothesis_grammar(400)  # a longer grammar bound compiles slowly; hypotheses are shorter
     requests = [
-        recover_hypothesis_request(
-            r["unit_id"],
-            review_context(r["paragraph"], r["context_before"], r["context_after"]),
-            r["summary"],
-            prompt=recover_prompt,
-            sampling=sampling,
+        constrained(
+            recover_hypothesis_request(
+                r["unit_id"],
+                review_context(r["paragraph"], r["context_before"], r["context_after"]),
+                r["summary"],
+                prompt=recover_prompt,
+                sampling=sampling,
+            ),
+            grammar,
         )
         for r in rows
     ]
@@ -143,8 +153,11 @@ def process(chunk: pa.Table, ctx: StageContext[HypothesisConfig]) -> ChunkResult
 
     trim_prompt = step_prompt("hypothesis_trim", config.trim_prompt, ctx.base_dir)
     requests = [
-        trim_hypothesis_request(
-            row["unit_id"], row["paragraph"], reply.value, prompt=trim_prompt, sampling=sampling
+        constrained(
+            trim_hypothesis_request(
+                row["unit_id"], row["paragraph"], reply.value, prompt=trim_prompt, sampling=sampling
+            ),
+            grammar,
         )
         for row, reply in to_trim
     ]

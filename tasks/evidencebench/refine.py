@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pyarrow as pa
 from pydantic import Field
@@ -51,10 +51,12 @@ from irforge.stage import (
     exclusion_schema,
     rows_to_table,
 )
+from tasks.evidence.grammars import choice_grammar, refine_grammar_for
 from tasks.evidence.llm_steps import (
     SUITABLE,
     Prompt,
     Step,
+    Suitability,
     load_prompt,
     parse_refine,
     parse_suitability,
@@ -62,6 +64,7 @@ from tasks.evidence.llm_steps import (
     refine_validator,
     suitability_request,
 )
+from tasks.evidencebench.pools import constrained
 from tasks.llm.cache import ChatStats, ReplyCache, cached_chat
 from tasks.llm.config import LLMConfig, chat_model, cost_usd, describe
 from tasks.llm.port import ChatFailure, ChatOutcome, ChatReply, ChatRequest, ReplyInvalid, Validator
@@ -77,6 +80,11 @@ class RefineConfig(StrictModel):
     suitability_prompt: str | None = Field(
         None,
         description="Suitability prompt file relative to the config; default prompts/evidence_suitability.md.",
+    )
+    keep: tuple[Suitability, ...] = Field(
+        tuple(sorted(SUITABLE)),
+        min_length=1,
+        description="Suitability labels kept (App. H.3: results and both); the others are not_suitable.",
     )
 
 
@@ -215,8 +223,15 @@ def process(chunk: pa.Table, ctx: StageContext[RefineConfig]) -> ChunkResult:
     rows = chunk.to_pylist()
     for row in rows:
         row["citation"] = citation_marker(row["paragraph"], row["citation_spans"])
+    # Where the server takes grammars, the reply can only copy the paragraph's sentences in
+    # order and must include the citing one; the validator still checks both.
     requests = [
-        refine_request(r["unit_id"], r["paragraph"], r["citation"], prompt=refine_prompt, sampling=sampling)
+        constrained(
+            refine_request(
+                r["unit_id"], r["paragraph"], r["citation"], prompt=refine_prompt, sampling=sampling
+            ),
+            refine_grammar_for(r["paragraph"], r["citation"]),
+        )
         for r in rows
     ]
     refined, refine_stats = ask(ctx, config.llm, requests, parse_refine)
@@ -239,8 +254,12 @@ def process(chunk: pa.Table, ctx: StageContext[RefineConfig]) -> ChunkResult:
         summaries.append((row, outcome, sentences))
 
     suitability_prompt = step_prompt("suitability", config.suitability_prompt, ctx.base_dir)
+    grammar = choice_grammar("DECISION", get_args(Suitability))
     requests = [
-        suitability_request(row["unit_id"], " ".join(s), prompt=suitability_prompt, sampling=sampling)
+        constrained(
+            suitability_request(row["unit_id"], " ".join(s), prompt=suitability_prompt, sampling=sampling),
+            grammar,
+        )
         for row, _, s in summaries
     ]
     labelled, suitability_stats = ask(ctx, config.llm, requests, parse_suitability)
@@ -252,7 +271,7 @@ def process(chunk: pa.Table, ctx: StageContext[RefineConfig]) -> ChunkResult:
             continue
         assert isinstance(outcome, ChatReply)
         label = outcome.value
-        if label not in SUITABLE:
+        if label not in config.keep:
             fields = {"reason": "not_suitable", "detail": f"suitability: {label}", "step": "suitability"}
             excluded.append(excluded_row(row, {**fields, "suitability": label, "attempts": outcome.attempts}))
             continue

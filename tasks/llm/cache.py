@@ -2,11 +2,13 @@
 
 :func:`cached_chat` puts a :class:`~tasks.llm.port.ChatModel` behind a :class:`ReplyCache`.
 A request's key (:func:`request_key`) is the sha256 of the canonical JSON of everything that
-changes the reply: engine, model, the adapter's ``options()``, messages, sampling, and the
-JSON schema with its name. Not ``custom_id``: the same question asked under two ids is one
-request. Only replies that passed validation are stored; they are written as each one
-arrives, so a crash part-way through a long call loses nothing already paid for, and a
-rerun sends only what is still unanswered. Failures are not stored: a rerun asks again.
+changes the reply: engine, model, the adapter's ``options()``, messages, sampling, the
+JSON schema with its name, and the GBNF grammar. Not ``custom_id``: the same question asked
+under two ids is one request. A request without a grammar keys as it did before grammars
+existed (neither the grammar nor the adapter's ``grammar_field`` option enters its key), so
+caches filled then stay valid. Only replies that passed validation are stored; they are
+written as each one arrives, so a crash part-way through a long call loses nothing already
+paid for, and a rerun sends only what is still unanswered. Failures are not stored: a rerun asks again.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ def plain(value: Any) -> Any:
 
 def request_key(engine: str, model: str, options: Mapping[str, Any], request: ChatRequest) -> str:
     """The cache key of ``request`` sent to ``model`` through adapter ``engine`` with ``options``."""
+    if request.grammar is None:
+        # Where a grammar would be sent changes nothing for a request that has none.
+        options = {k: v for k, v in options.items() if k != "grammar_field"}
     material = {
         "engine": engine,
         "model": model,
@@ -55,6 +60,8 @@ def request_key(engine: str, model: str, options: Mapping[str, Any], request: Ch
         # The name is sent with the schema (OpenAI's json_schema.name) and may steer the reply.
         "schema_name": request.schema_name if request.json_schema is not None else None,
     }
+    if request.grammar is not None:
+        material["grammar"] = request.grammar
     return hashlib.sha256(canonical_json(material).encode("utf-8")).hexdigest()
 
 

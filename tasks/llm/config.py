@@ -11,8 +11,15 @@ Engines (DESIGN §6):
   stopped at the end of the run (:func:`close_local_servers`). Its answers prove the
   plumbing, not clinical judgement: releases built with it say so.
 
-What changes replies — engine, model id, sampling, structured-output mode, the GGUF's
-digest — is in :func:`describe` (fingerprints); URLs, keys, concurrency and timeouts are not.
+What changes replies — engine, model id, sampling, structured-output mode, the field a
+grammar is sent in, the GGUF's digest — is in :func:`describe` (fingerprints); URLs, keys,
+concurrency and timeouts are not.
+
+``grammar_field`` says where a request's GBNF grammar goes (:mod:`tasks.llm.openai_chat`).
+``"auto"`` picks ``"grammar"`` for the embedded llama.cpp server and ``"none"`` for the
+other engines: OpenAI has no grammar field and refuses unknown ones, and which field a
+vLLM reads depends on its version (``guided_grammar`` before 0.11, ``structured_outputs``
+from 0.11), so a vLLM user names it.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from pydantic import Field
 from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from tasks.llm.llama_server import LlamaServer
-from tasks.llm.openai_chat import OpenAIChatModel
+from tasks.llm.openai_chat import GrammarField, OpenAIChatModel
 from tasks.llm.port import ChatModel, Sampling
 from tasks.llm.vllm_batch import VLLMBatchChatModel
 
@@ -50,6 +57,11 @@ class LLMConfig(StrictModel):
     sampling: Sampling = Sampling()
     structured_output: Literal["json_schema", "json_object", "none"] = Field(
         "json_schema", description="How the JSON schema is requested (llama.cpp: json_object)."
+    )
+    grammar_field: Literal["auto", "grammar", "guided_grammar", "structured_outputs", "none"] = Field(
+        "auto",
+        description="Request field carrying a GBNF grammar: grammar (llama.cpp), guided_grammar (vLLM < 0.11), "
+        "structured_outputs (vLLM >= 0.11), none; auto: grammar for llama-cpp, none otherwise.",
     )
     max_concurrency: int = Field(16, ge=1, description="Requests in flight at once.")
     requests_per_second: float | None = Field(None, gt=0, description="Rate limit; none by default.")
@@ -78,10 +90,18 @@ def describe(config: LLMConfig, base_dir: Path) -> dict[str, Any]:
         "model": DEMO_MODEL if config.engine == "llama-cpp" and config.gguf is None else config.model,
         "sampling": config.sampling.model_dump(),
         "structured_output": config.structured_output,
+        "grammar_field": grammar_field(config),
     }
     if config.engine == "llama-cpp" and config.gguf is not None:
         out["gguf_sha256"] = _file_digest(_resolve(base_dir, config.gguf))
     return out
+
+
+def grammar_field(config: LLMConfig) -> GrammarField:
+    """The field the adapters send grammars in, ``"auto"`` resolved by engine."""
+    if config.grammar_field != "auto":
+        return config.grammar_field
+    return "grammar" if config.engine == "llama-cpp" else "none"
 
 
 def cost_usd(config: LLMConfig, prompt_tokens: float, completion_tokens: float) -> float:
@@ -104,6 +124,7 @@ def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
             model=config.model,
             api_key=os.environ.get(config.api_key_env) or None,
             structured_output=config.structured_output,
+            grammar_field=grammar_field(config),
             max_concurrency=config.max_concurrency,
             requests_per_second=config.requests_per_second,
             timeout_s=config.timeout_s,
@@ -116,6 +137,7 @@ def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
             work_dir=work_dir,
             command=config.batch_command,
             structured_output=config.structured_output,
+            grammar_field=grammar_field(config),
             max_invalid_retries=config.max_invalid_retries,
         )
     gguf = _resolve(base_dir, config.gguf) if config.gguf else None
@@ -131,6 +153,7 @@ def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
         model=server.model,
         api_key=None,
         structured_output="json_object" if config.structured_output != "none" else "none",
+        grammar_field=grammar_field(config),
         # One slot and one thread: more concurrent requests only queue in the server.
         max_concurrency=1,
         requests_per_second=None,

@@ -14,6 +14,15 @@ answer ``POST {base_url}/chat/completions``. What is sent per request: ``model``
   retried like any 5xx, then ends as ``request_failed``: use this mode for it);
 - ``"none"``: nothing (servers without constrained decoding).
 
+A request that carries a GBNF grammar has it sent under the field ``grammar_field`` names
+(no server shares one, and OpenAI's API has none):
+
+- ``"grammar"``: ``{"grammar": g}``, llama-cpp-python's server (``CreateChatCompletionRequest.grammar``);
+- ``"guided_grammar"``: ``{"guided_grammar": g}``, vLLM before 0.11 (removed in 0.12);
+- ``"structured_outputs"``: ``{"structured_outputs": {"grammar": g}}``, vLLM from 0.11;
+- ``"none"`` (the default): nothing; OpenAI refuses unknown fields, and the validator
+  still holds replies to the format.
+
 Servers silently ignore fields they do not know, so every reply goes through the caller's
 validator whatever the mode. A reply that fails it, or stops at ``max_tokens``
 (``finish_reason == "length"``), is asked again up to ``max_invalid_retries`` times, then
@@ -69,6 +78,8 @@ from tasks.llm.port import (
 
 StructuredOutput = Literal["json_schema", "json_object", "none"]
 STRUCTURED_OUTPUTS: tuple[StructuredOutput, ...] = ("json_schema", "json_object", "none")
+GrammarField = Literal["grammar", "guided_grammar", "structured_outputs", "none"]
+GRAMMAR_FIELDS: tuple[GrammarField, ...] = ("grammar", "guided_grammar", "structured_outputs", "none")
 SERVER_KIND = "openai-compatible"
 PLACEHOLDER_KEY = "EMPTY"
 RETRIED_4XX = frozenset({408, 409, 429})
@@ -106,6 +117,32 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
             return None
         return max(0.0, when.timestamp() - time.time())
     return value if math.isfinite(value) and value >= 0 else None
+
+
+def grammar_fields(grammar_field: GrammarField, grammar: str | None) -> dict[str, Any]:
+    """The request-body fields that carry ``grammar`` to a server read by ``grammar_field``
+    (empty for no grammar or ``"none"``)."""
+    if grammar is None or grammar_field == "none":
+        return {}
+    if grammar_field == "structured_outputs":
+        return {"structured_outputs": {"grammar": grammar}}
+    return {grammar_field: grammar}
+
+
+def merge_fields(body: dict[str, Any], fields: Mapping[str, Any]) -> None:
+    """Add ``fields`` to ``body``, merging (one level deep) where both hold a dict under one
+    key: vLLM's ``structured_outputs`` gathers several constraints in one object."""
+    for key, value in fields.items():
+        current = body.get(key)
+        if isinstance(current, dict) and isinstance(value, Mapping):
+            body[key] = {**current, **value}
+        else:
+            body[key] = value
+
+
+def check_grammar_field(grammar_field: str) -> None:
+    if grammar_field not in GRAMMAR_FIELDS:
+        raise ChatModelError(f"grammar_field {grammar_field!r}: use one of {', '.join(GRAMMAR_FIELDS)}")
 
 
 def check_requests(requests: Sequence[ChatRequest]) -> None:
@@ -182,6 +219,7 @@ class OpenAIChatModel:
         model: str,
         api_key: str | None = None,
         structured_output: StructuredOutput = "json_schema",
+        grammar_field: GrammarField = "none",
         max_concurrency: int = 8,
         requests_per_second: float | None = None,
         timeout_s: float = 120.0,
@@ -203,6 +241,7 @@ class OpenAIChatModel:
             raise ChatModelError(
                 f"structured_output {structured_output!r}: use one of {', '.join(STRUCTURED_OUTPUTS)}"
             )
+        check_grammar_field(grammar_field)
         if max_concurrency < 1:
             raise ChatModelError(f"max_concurrency must be at least 1, got {max_concurrency}")
         if requests_per_second is not None and not (
@@ -223,6 +262,7 @@ class OpenAIChatModel:
         self.model = model.strip()
         self.base_url = public_url(base_url.strip())
         self.structured_output: StructuredOutput = structured_output
+        self.grammar_field: GrammarField = grammar_field
         self.max_concurrency = max_concurrency
         self.requests_per_second = requests_per_second
         self.timeout_s = timeout_s
@@ -240,7 +280,13 @@ class OpenAIChatModel:
     # -- the port ---------------------------------------------------------------------
 
     def options(self) -> dict[str, Any]:
-        return {"structured_output": self.structured_output, "server": SERVER_KIND}
+        # grammar_field changes only requests that carry a grammar; the reply cache's key
+        # leaves it out for the others (tasks.llm.cache.request_key).
+        return {
+            "structured_output": self.structured_output,
+            "grammar_field": self.grammar_field,
+            "server": SERVER_KIND,
+        }
 
     def run(
         self,
@@ -429,6 +475,7 @@ class OpenAIChatModel:
         if response_format is not None:
             # Sent as a raw field: llama.cpp's variant is not in the client's typed union.
             extra["response_format"] = response_format
+        merge_fields(extra, grammar_fields(self.grammar_field, request.grammar))
         return await client.chat.completions.create(
             model=self.model,
             messages=cast("list[ChatCompletionMessageParam]", [dict(m) for m in request.messages]),

@@ -1,7 +1,7 @@
 """The chat-model port: what a stage needs from an LLM (judge, translator, generators).
 
 A stage builds :class:`ChatRequest` objects (messages, sampling, an optional JSON schema
-the reply must follow) and hands them to a :class:`ChatModel` adapter together with a
+or GBNF grammar the reply must follow) and hands them to a :class:`ChatModel` adapter together with a
 *validator*: a function that parses a reply's text and raises :class:`ReplyInvalid` when
 the reply is not acceptable. Adapters request structured output where the server
 supports it **and** always run the validator (servers ignore fields they do not know;
@@ -45,6 +45,20 @@ class ChatRequest:
     sampling: Sampling = field(default_factory=Sampling)
     json_schema: Mapping[str, Any] | None = None  # the reply must be a JSON document of this schema
     schema_name: str = "reply"
+    # A GBNF grammar (root rule ``root``) the reply must follow: how small local models are
+    # held to the plain-text keyword formats (tasks.evidence.grammars). Sent only where the
+    # adapter's ``grammar_field`` names a server field; the validator runs whatever is sent.
+    grammar: str | None = None
+
+    def __post_init__(self) -> None:
+        # Servers apply one constraint per request (llama.cpp turns the schema into a grammar
+        # itself); asking both would leave it to the server which one wins.
+        if self.json_schema is not None and self.grammar is not None:
+            raise ValueError(
+                f"request {self.custom_id!r} carries both a JSON schema and a grammar: give one of them"
+            )
+        if self.grammar is not None and not self.grammar.strip():
+            raise ValueError(f"request {self.custom_id!r} has an empty grammar: give None for no grammar")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ per request::
 
     {"custom_id": "<request id>", "method": "POST", "url": "/v1/chat/completions",
      "body": {"model", "messages", "temperature", "top_p", "max_tokens", "seed"?,
-              "response_format"? | "structured_outputs"?}}
+              "response_format"? | "structured_outputs"?, <grammar field>?}}
 
 and what it reads back::
 
@@ -23,6 +23,11 @@ where ``body`` is a chat completion (``choices[0].message.content``, ``finish_re
   ``response_format={"type": "json_object", "schema": schema}`` (vLLM: any JSON, the schema
   is not enforced); ``"none"`` sends nothing. vLLM ignores fields it does not know, so every
   reply is validated anyway.
+- A GBNF grammar, for a request that carries one, by ``grammar_field`` (run-batch reads
+  the request-body extensions of ``vllm serve``): ``"structured_outputs"`` sends
+  ``structured_outputs={"grammar": g}`` (vLLM ≥ 0.11), ``"guided_grammar"`` sends
+  ``guided_grammar=g`` (vLLM < 0.11), ``"grammar"`` sends ``grammar=g`` (llama.cpp's field,
+  for a look-alike runner), ``"none"`` (the default) sends nothing.
 - Replies are matched to requests by ``custom_id``. A reply that does not validate, that
   stopped at ``max_tokens`` (``finish_reason == "length"``), that failed
   (``error`` set, ``status_code`` ≠ 200) or that is missing from the output file is sent
@@ -58,7 +63,13 @@ from typing import Any, Literal
 
 from tasks.llm.cache import plain
 from tasks.llm.llama_server import log_tail, stop_process_group
-from tasks.llm.openai_chat import check_requests
+from tasks.llm.openai_chat import (
+    GrammarField,
+    check_grammar_field,
+    check_requests,
+    grammar_fields,
+    merge_fields,
+)
 from tasks.llm.port import (
     ChatFailure,
     ChatModelError,
@@ -129,6 +140,7 @@ class VLLMBatchChatModel:
         command: Sequence[str] | None = None,
         extra_args: Sequence[str] = (),
         structured_output: StructuredOutput = "json_schema",
+        grammar_field: GrammarField = "none",
         max_invalid_retries: int = 2,
         timeout_s: float | None = None,
         keep_files: bool = False,
@@ -148,6 +160,7 @@ class VLLMBatchChatModel:
             raise ChatModelError(
                 f"structured_output {structured_output!r}: use one of {', '.join(STRUCTURED_OUTPUTS)}"
             )
+        check_grammar_field(grammar_field)
         if max_invalid_retries < 0:
             raise ChatModelError(f"max_invalid_retries must be >= 0, got {max_invalid_retries}")
         if timeout_s is not None and timeout_s <= 0:
@@ -158,13 +171,20 @@ class VLLMBatchChatModel:
         self._command = command
         self._extra_args = [str(arg) for arg in extra_args]
         self._structured_output: StructuredOutput = structured_output
+        self._grammar_field: GrammarField = grammar_field
         self._timeout_s = timeout_s
         self._keep_files = keep_files
 
     # -- the port ---------------------------------------------------------------------
 
     def options(self) -> dict[str, Any]:
-        return {"structured_output": self._structured_output, "extra_args": list(self._extra_args)}
+        # grammar_field changes only requests that carry a grammar; the reply cache's key
+        # leaves it out for the others (tasks.llm.cache.request_key).
+        return {
+            "structured_output": self._structured_output,
+            "grammar_field": self._grammar_field,
+            "extra_args": list(self._extra_args),
+        }
 
     def run(
         self,
@@ -252,6 +272,7 @@ class VLLMBatchChatModel:
                 body["structured_outputs"] = {"json": schema}
             elif self._structured_output == "json_object":
                 body["response_format"] = {"type": "json_object", "schema": schema}
+        merge_fields(body, grammar_fields(self._grammar_field, request.grammar))
         return {"custom_id": request.custom_id, "method": "POST", "url": CHAT_URL, "body": body}
 
     def command_line(self, input_path: Path, output_path: Path) -> list[str]:

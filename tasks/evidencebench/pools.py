@@ -1,0 +1,57 @@
+"""The cited papers' candidate pools as the stages after ``papers`` read them.
+
+The ``papers`` artifact holds one row per (paper, pool element) and a ``citations`` side
+table saying which summary cites which paper; the decompose, align and select stages need,
+for a chunk of summaries, each one's paper id and its pool in element order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from irforge.artifacts import Artifact
+from tasks.llm.port import ChatRequest
+
+
+@dataclass(frozen=True)
+class PaperPool:
+    """One paper's text elements in pool order (``texts[i]`` is element ``i``) and their types."""
+
+    paper_id: str
+    texts: tuple[str, ...]
+    types: tuple[str, ...]
+
+
+def citing_papers(papers: Artifact) -> dict[str, str]:
+    """Summary ``unit_id`` → the ``paper_id`` of the paper it cites (only papers with a pool)."""
+    table = papers.read(table="citations", columns=["unit_id", "paper_id"])
+    return dict(zip(table.column("unit_id").to_pylist(), table.column("paper_id").to_pylist(), strict=True))
+
+
+def paper_pools(papers: Artifact, paper_ids: Iterable[str]) -> dict[str, PaperPool]:
+    """The pools of ``paper_ids`` (those in the artifact), elements sorted by ``element_index``."""
+    wanted = pa.array(sorted(set(paper_ids)), pa.string())
+    table = papers.read(columns=["paper_id", "element_index", "element_type", "text"])
+    table = table.filter(pc.is_in(table.column("paper_id"), wanted)).sort_by(
+        [("paper_id", "ascending"), ("element_index", "ascending")]
+    )
+    grouped: dict[str, tuple[list[str], list[str]]] = {}
+    for paper_id, text, kind in zip(
+        table.column("paper_id").to_pylist(),
+        table.column("text").to_pylist(),
+        table.column("element_type").to_pylist(),
+        strict=True,
+    ):
+        texts, types = grouped.setdefault(paper_id, ([], []))
+        texts.append(text)
+        types.append(kind)
+    return {key: PaperPool(key, tuple(texts), tuple(types)) for key, (texts, types) in grouped.items()}
+
+
+def constrained(request: ChatRequest, grammar: str | None) -> ChatRequest:
+    """``request`` with a GBNF grammar on its reply's form (servers without grammars ignore it)."""
+    return request if grammar is None else replace(request, grammar=grammar)
