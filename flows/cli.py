@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -315,7 +316,19 @@ def report(
     out.print(str(write_report(artifacts.resolve(), flow, run_id)), highlight=False)
 
 
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM (``kill``, a scheduler's cancel) into SystemExit, as Ctrl-C is turned into
+    KeyboardInterrupt: ``finally`` blocks and atexit handlers run, so the embedded LLM server
+    a run started is stopped instead of being left orphaned."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main() -> None:
+    exit_on_sigterm()
     app()
 
 

@@ -199,3 +199,19 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def lineage(upstream: dict[str, Artifact]) -> dict[str, Artifact]:
+    """Every artifact ``upstream`` depends on (and they themselves), found through the manifests' upstream fingerprints."""
+    found: dict[str, Artifact] = {}
+    todo = list(upstream.values())
+    while todo:
+        artifact = todo.pop()
+        if artifact.stage in found:
+            continue
+        found[artifact.stage] = artifact
+        flow_dir = artifact.path.parent.parent
+        for stage, fingerprint in artifact.manifest["material"]["upstream"].items():
+            if stage not in found:
+                todo.append(Artifact(flow_dir / stage / fingerprint))
+    return dict(sorted(found.items()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -152,3 +153,24 @@ def test_errors_are_one_line_with_nonzero_exit(env: dict[str, str], tmp_path: Pa
     assert "stages.filter.min_wrods: Extra inputs are not permitted" in line
     unknown = irforge(env, "show", "cure", "nope")
     assert unknown.returncode == 1 and "no stage 'nope'" in unknown.stderr
+
+
+def test_sigterm_runs_the_cleanup_handlers(tmp_path: Path) -> None:
+    # What `irforge` does on SIGTERM: atexit handlers (close_local_servers) run and the exit
+    # status says which signal ended it.
+    code = (
+        "import atexit, os, signal, time\n"
+        "from flows.cli import exit_on_sigterm\n"
+        "exit_on_sigterm()\n"
+        "atexit.register(lambda: print('cleaned up', flush=True))\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(30)\n"
+        "finally:\n"
+        "    print('finally ran', flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 128 + signal.SIGTERM
+    assert done.stdout.splitlines() == ["finally ran", "cleaned up"]

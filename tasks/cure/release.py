@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import yaml
 from pydantic import Field
 
-from irforge.artifacts import Artifact
+from irforge.artifacts import lineage
 from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.release.card import CardInfo, ModelInfo, PromptInfo
@@ -70,22 +70,6 @@ def _units(ctx: StageContext[ReleaseConfig], _inputs: dict[str, Any]) -> TableSo
     # the others (``load_dataset(folder, config, split="all")``), as MTEB's CUREv1 does.
     rows = [{"config": c, "split": s} for s in domains for c in CONFIGS]
     return TableSource(pa.Table.from_pylist(rows, schema=_UNITS_SCHEMA))
-
-
-def lineage(upstream: dict[str, Artifact]) -> dict[str, Artifact]:
-    """Every artifact the release depends on, found through the manifests' upstream fingerprints."""
-    found: dict[str, Artifact] = {}
-    todo = list(upstream.values())
-    while todo:
-        artifact = todo.pop()
-        if artifact.stage in found:
-            continue
-        found[artifact.stage] = artifact
-        flow_dir = artifact.path.parent.parent
-        for stage, fingerprint in artifact.manifest["material"]["upstream"].items():
-            if stage not in found:
-                todo.append(Artifact(flow_dir / stage / fingerprint))
-    return dict(sorted(found.items()))
 
 
 def card_info(ctx: StageContext[ReleaseConfig]) -> CardInfo:

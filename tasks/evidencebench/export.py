@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from irforge.artifacts import lineage
 from irforge.config import StrictModel
 from irforge.stage import (
     ArtifactSource,
@@ -31,7 +32,6 @@ from irforge.stage import (
     exclusion_schema,
     rows_to_table,
 )
-from tasks.cure.release import lineage
 from tasks.evidence.release import ReleaseInfo, ReleaseRow, write_release
 
 LLM_STAGES = ("refine", "hypothesis", "decompose", "align", "label")
