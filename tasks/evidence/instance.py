@@ -1,13 +1,15 @@
 """One EvidenceBench instance in the released schema (App. A.6), built from an alignment.
 
 The released instances list only aspects that some sentence covers (every aspect id of the
-37 dev instances has at least one sentence), number them ``<instance id>_aspect_<j>`` in
-order, give ``results_aspect_list_ids`` as null when no aspect is a result, and hold @K
-selections of exactly K sentences. :func:`build_instance` does the same: uncovered aspects
-are left out (the caller has already applied the 70 % coverage rule), the exact selections
-come from :func:`tasks.evidence.selection.evaluations`, and an @K selection that reaches the
-maximum coverage with fewer than K sentences is padded with the lowest unused indices
-(padding cannot change what is covered: the coverage is already the maximum).
+37 dev instances has at least one sentence), name them ``<instance id>_aspect_<j>`` with j
+the aspect's position in the full aspect list (13 of the 37 dev instances skip numbers: the
+dropped aspects keep theirs, the others are not renumbered), give ``results_aspect_list_ids``
+as null when no aspect is a result, and hold @K selections of exactly K sentences.
+:func:`build_instance` does the same: uncovered aspects are left out (the caller has already
+applied the 70 % coverage rule), the exact selections come from
+:func:`tasks.evidence.selection.evaluations`, and an @K selection that reaches the maximum
+coverage with fewer than K sentences is padded with the lowest unused indices (padding
+cannot change what is covered: the coverage is already the maximum).
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def build_instance(
     results: Sequence[bool],
 ) -> dict[str, Any]:
     """The released-schema instance: ``aspect_sentences[j]`` are aspect j's pool indices,
-    ``results[j]`` says whether aspect j is a result. Uncovered aspects are left out."""
+    ``results[j]`` says whether aspect j is a result. Uncovered aspects are left out; the
+    others keep their position j in their id ``<instance_id>_aspect_<j>``."""
     if len(pool) != len(pool_types):
         raise ValueError(f"{instance_id}: {len(pool)} pool sentences but {len(pool_types)} types")
     if len(aspect_sentences) != len(results):
@@ -72,19 +75,17 @@ def build_instance(
     result_ids: list[str] = []
     a2s: dict[str, list[int]] = {}
     s2a: dict[str, list[str]] = {str(i): [] for i in range(len(pool))}
-    for sentences, is_result in zip(aspect_sentences, results, strict=True):
+    for j, (sentences, is_result) in enumerate(zip(aspect_sentences, results, strict=True)):
         if not sentences:
             continue
-        aspect_id = f"{instance_id}_aspect_{len(ids)}"
+        aspect_id = f"{instance_id}_aspect_{j}"
         ids.append(aspect_id)
         if is_result:
             result_ids.append(aspect_id)
         a2s[aspect_id] = sorted({int(s) for s in sentences})
         for s in a2s[aspect_id]:
             if not 0 <= s < len(pool):
-                raise ValueError(
-                    f"{instance_id}: aspect {len(ids) - 1} points at sentence {s}, outside the pool"
-                )
+                raise ValueError(f"{instance_id}: aspect {j} points at sentence {s}, outside the pool")
             s2a[str(s)].append(aspect_id)
     instance: dict[str, Any] = {
         "hypothesis": hypothesis,
