@@ -38,8 +38,8 @@ from irforge.stage import (
 )
 from tasks.evidence.alignment import WINDOW_SIZE, WINDOW_STRIDE, align, windows
 from tasks.evidencebench.decompose import IDENTITY
-from tasks.evidencebench.pools import paper_pools
-from tasks.evidencebench.refine import llm_cost, step_prompt
+from tasks.evidencebench.pools import LLM_COST_FIELDS, SUMMARY_FIELDS, paper_pools
+from tasks.evidencebench.refine import llm_cost, spent, step_prompt
 from tasks.llm.cache import ChatStats, ReplyCache
 from tasks.llm.config import LLMConfig, chat_model, describe
 from tasks.llm.port import ChatOutcome, ChatReply
@@ -62,23 +62,13 @@ class AlignConfig(StrictModel):
 _COLUMNS = [*IDENTITY, "paper_id", "aspects"]
 SCHEMA = pa.schema(
     [
-        pa.field("unit_id", pa.string(), nullable=False),
-        pa.field("review_id", pa.string(), nullable=False),
-        pa.field("cited_ref_id", pa.string(), nullable=False),
-        pa.field("summary", pa.string(), nullable=False),
-        pa.field("suitability", pa.string(), nullable=False),
-        pa.field("hypothesis", pa.string(), nullable=False),
+        *SUMMARY_FIELDS,
         pa.field("paper_id", pa.string(), nullable=False),
         pa.field("aspects", pa.list_(pa.string()), nullable=False),
         pa.field("aspect_sentences", pa.list_(pa.list_(pa.int32())), nullable=False),
         pa.field("windows", pa.int32(), nullable=False),
         pa.field("requests", pa.int32(), nullable=False),
-        pa.field("engine", pa.string(), nullable=False),
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("prompt_tokens", pa.int64(), nullable=False),
-        pa.field("completion_tokens", pa.int64(), nullable=False),
-        pa.field("attempts", pa.int32(), nullable=False),
-        pa.field("cached", pa.bool_(), nullable=False),
+        *LLM_COST_FIELDS,
     ]
 )
 EXCLUDED_SCHEMA = exclusion_schema(
@@ -121,16 +111,6 @@ def inputs(ctx: StageContext[AlignConfig]) -> dict[str, Any]:
 
 def source(ctx: StageContext[AlignConfig], _inputs: dict[str, Any]) -> ArtifactSource:
     return ArtifactSource(ctx.upstream["decompose"], columns=_COLUMNS)
-
-
-def _spent(outcomes: list[ChatOutcome]) -> dict[str, Any]:
-    replies = [o for o in outcomes if isinstance(o, ChatReply)]
-    return {
-        "prompt_tokens": sum(r.prompt_tokens for r in replies),
-        "completion_tokens": sum(r.completion_tokens for r in replies),
-        "attempts": sum(r.attempts for r in replies),
-        "cached": all(r.cached for r in replies),
-    }
 
 
 def process(chunk: pa.Table, ctx: StageContext[AlignConfig]) -> ChunkResult:
@@ -203,7 +183,7 @@ def process(chunk: pa.Table, ctx: StageContext[AlignConfig]) -> ChunkResult:
                     "requests": requests,
                     "engine": config.llm.engine,
                     "model": next((o.model for o in outcomes if isinstance(o, ChatReply)), config.llm.model),
-                    **_spent(outcomes),
+                    **spent(*(o for o in outcomes if isinstance(o, ChatReply))),
                 }
             )
     return ChunkResult(

@@ -32,7 +32,7 @@ from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.evidence.grammars import aspects_grammar, choice_grammar
 from tasks.evidence.llm_steps import decompose_request, leak_check_request, parse_aspects, parse_leak_check
-from tasks.evidencebench.pools import citing_papers, constrained, paper_pools
+from tasks.evidencebench.pools import LLM_COST_FIELDS, SUMMARY_FIELDS, citing_papers, constrained, paper_pools
 from tasks.evidencebench.refine import ask, failure_fields, llm_cost, spent, step_prompt
 from tasks.llm.config import LLMConfig, describe
 from tasks.llm.port import ChatFailure, ChatReply
@@ -59,21 +59,11 @@ class DecomposeConfig(StrictModel):
 IDENTITY = ("unit_id", "review_id", "cited_ref_id", "summary", "suitability", "hypothesis")
 SCHEMA = pa.schema(
     [
-        pa.field("unit_id", pa.string(), nullable=False),
-        pa.field("review_id", pa.string(), nullable=False),
-        pa.field("cited_ref_id", pa.string(), nullable=False),
-        pa.field("summary", pa.string(), nullable=False),
-        pa.field("suitability", pa.string(), nullable=False),
-        pa.field("hypothesis", pa.string(), nullable=False),
+        *SUMMARY_FIELDS,
         pa.field("paper_id", pa.string(), nullable=False),
         pa.field("aspects", pa.list_(pa.string()), nullable=False),
         pa.field("leak", pa.bool_(), nullable=False),
-        pa.field("engine", pa.string(), nullable=False),
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("prompt_tokens", pa.int64(), nullable=False),
-        pa.field("completion_tokens", pa.int64(), nullable=False),
-        pa.field("attempts", pa.int32(), nullable=False),
-        pa.field("cached", pa.bool_(), nullable=False),
+        *LLM_COST_FIELDS,
     ]
 )
 EXCLUDED_SCHEMA = exclusion_schema(

@@ -46,7 +46,7 @@ from tasks.evidence.llm_steps import (
     recover_hypothesis_request,
     trim_hypothesis_request,
 )
-from tasks.evidencebench.pools import constrained
+from tasks.evidencebench.pools import LLM_COST_FIELDS, constrained
 from tasks.evidencebench.refine import ask, excluded_row, failure_fields, llm_cost, spent, step_prompt
 from tasks.llm.config import LLMConfig, describe
 from tasks.llm.port import ChatFailure, ChatReply
@@ -73,12 +73,7 @@ SCHEMA = pa.schema(
         pa.field("suitability", pa.string(), nullable=False),
         pa.field("recovered_hypothesis", pa.string(), nullable=False),
         pa.field("hypothesis", pa.string(), nullable=False),
-        pa.field("engine", pa.string(), nullable=False),
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("prompt_tokens", pa.int64(), nullable=False),
-        pa.field("completion_tokens", pa.int64(), nullable=False),
-        pa.field("attempts", pa.int32(), nullable=False),
-        pa.field("cached", pa.bool_(), nullable=False),
+        *LLM_COST_FIELDS,
     ]
 )
 EXCLUDED_SCHEMA = exclusion_schema(

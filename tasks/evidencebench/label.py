@@ -29,7 +29,7 @@ from irforge.stage import (
 from tasks.evidence.grammars import labels_grammar
 from tasks.evidence.llm_steps import label_request, labels_validator
 from tasks.evidencebench.decompose import IDENTITY
-from tasks.evidencebench.pools import constrained
+from tasks.evidencebench.pools import LLM_COST_FIELDS, SUMMARY_FIELDS, constrained
 from tasks.evidencebench.refine import ask, failure_fields, llm_cost, spent, step_prompt
 from tasks.llm.cache import ChatStats
 from tasks.llm.config import LLMConfig, describe
@@ -46,22 +46,12 @@ class LabelConfig(StrictModel):
 INSTANCE = (*IDENTITY, "paper_id", "aspects", "aspect_sentences")
 SCHEMA = pa.schema(
     [
-        pa.field("unit_id", pa.string(), nullable=False),
-        pa.field("review_id", pa.string(), nullable=False),
-        pa.field("cited_ref_id", pa.string(), nullable=False),
-        pa.field("summary", pa.string(), nullable=False),
-        pa.field("suitability", pa.string(), nullable=False),
-        pa.field("hypothesis", pa.string(), nullable=False),
+        *SUMMARY_FIELDS,
         pa.field("paper_id", pa.string(), nullable=False),
         pa.field("aspects", pa.list_(pa.string()), nullable=False),
         pa.field("aspect_sentences", pa.list_(pa.list_(pa.int32())), nullable=False),
         pa.field("aspect_labels", pa.list_(pa.string()), nullable=False),
-        pa.field("engine", pa.string(), nullable=False),
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("prompt_tokens", pa.int64(), nullable=False),
-        pa.field("completion_tokens", pa.int64(), nullable=False),
-        pa.field("attempts", pa.int32(), nullable=False),
-        pa.field("cached", pa.bool_(), nullable=False),
+        *LLM_COST_FIELDS,
     ]
 )
 EXCLUDED_SCHEMA = exclusion_schema(

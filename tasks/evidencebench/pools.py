@@ -16,6 +16,25 @@ import pyarrow.compute as pc
 from irforge.artifacts import Artifact
 from tasks.llm.port import ChatRequest
 
+LLM_COST_FIELDS = (
+    pa.field("engine", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("prompt_tokens", pa.int64(), nullable=False),
+    pa.field("completion_tokens", pa.int64(), nullable=False),
+    pa.field("attempts", pa.int32(), nullable=False),
+    pa.field("cached", pa.bool_(), nullable=False),
+)
+"""Every LLM stage's last columns: which model answered and what its requests cost."""
+SUMMARY_FIELDS = (
+    pa.field("unit_id", pa.string(), nullable=False),
+    pa.field("review_id", pa.string(), nullable=False),
+    pa.field("cited_ref_id", pa.string(), nullable=False),
+    pa.field("summary", pa.string(), nullable=False),
+    pa.field("suitability", pa.string(), nullable=False),
+    pa.field("hypothesis", pa.string(), nullable=False),
+)
+"""A summary's identity and texts, the first columns from ``decompose`` on."""
+
 
 @dataclass(frozen=True)
 class PaperPool:

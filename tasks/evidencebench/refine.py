@@ -64,7 +64,7 @@ from tasks.evidence.llm_steps import (
     refine_validator,
     suitability_request,
 )
-from tasks.evidencebench.pools import constrained
+from tasks.evidencebench.pools import LLM_COST_FIELDS, constrained
 from tasks.llm.cache import ChatStats, ReplyCache, cached_chat
 from tasks.llm.config import LLMConfig, chat_model, cost_usd, describe
 from tasks.llm.port import ChatFailure, ChatOutcome, ChatReply, ChatRequest, ReplyInvalid, Validator
@@ -101,12 +101,7 @@ SCHEMA = pa.schema(
         pa.field("refined_sentences", pa.list_(pa.string()), nullable=False),
         pa.field("summary", pa.string(), nullable=False),
         pa.field("suitability", pa.string(), nullable=False),
-        pa.field("engine", pa.string(), nullable=False),
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("prompt_tokens", pa.int64(), nullable=False),
-        pa.field("completion_tokens", pa.int64(), nullable=False),
-        pa.field("attempts", pa.int32(), nullable=False),
-        pa.field("cached", pa.bool_(), nullable=False),
+        *LLM_COST_FIELDS,
     ]
 )
 EXCLUDED_SCHEMA = exclusion_schema(
