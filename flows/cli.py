@@ -292,6 +292,8 @@ def release(
     stage = get_pipeline(flow).release_stage
     artifact = _fresh_artifact(flow, stage, config, ArtifactStore(artifacts.resolve()))
     folder = artifact.files / "release"
+    if not folder.is_dir():
+        raise IrforgeError(f"{flow}/{stage} {artifact.fingerprint} wrote no release: it kept no rows")
     if out_dir is not None:
         if out_dir.exists() and any(out_dir.iterdir()):
             raise IrforgeError(f"--out {out_dir} exists and is not empty")

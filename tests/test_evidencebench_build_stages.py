@@ -701,3 +701,28 @@ def test_an_instance_with_too_few_aligned_aspects_is_excluded_for_low_coverage(t
     )
     assert low["detail"].startswith("1 of 3 aspects have a sentence (33% < 70%)")
     assert [r["instance_id"] for r in select.kept] == [INSTANCE["[3]"]]
+
+
+def test_a_run_that_keeps_no_instance_releases_nothing_and_scores_nothing(tmp_path: Path) -> None:
+    # Every summary leaks: decompose keeps none, and the stages after it end without error.
+    def hook(step: str, _marker: str, _text: str) -> str | None:
+        return "DECISION: yes" if step == "leak_check" else None
+
+    with FakeChat(answer=answer_with(hook)) as server:
+        config = write_config(server, tmp_path)
+        run = run_flow(config, tmp_path / "artifacts")
+    assert {r["reason"] for r in run["decompose"].ran.excluded} == {"aspect_leak", "paper_not_in_pool"}
+    assert run["select"].ran.kept == [] and run["export"].ran.kept == []
+    release = ArtifactStore(tmp_path / "artifacts").get("evidencebench", "export", run["export"].fingerprint)
+    assert not (release.files / "release").exists()  # a stage with no input row writes no file
+    result = CliRunner().invoke(
+        app, ["release", "evidencebench", "--config", str(config), "--artifacts", str(tmp_path / "artifacts")]
+    )
+    assert result.exit_code != 0 and "wrote no release: it kept no rows" in result.output
+    evaluate = run["evaluate"].ran
+    assert evaluate.kept == []
+    assert {(r["system"], r["reason"]) for r in evaluate.excluded} == {
+        ("oracle", "no_instances"),
+        ("bm25", "no_instances"),
+    }
+    assert len(evaluate.excluded) == 8  # every (system, task) is accounted for

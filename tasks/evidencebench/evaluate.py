@@ -21,7 +21,8 @@ silently dropped); an instance without results aspects is ``skipped`` for the Re
 Units: (system, task). Output: ``system``, ``task``, ``k`` (``optimal``, 10 or 5),
 ``mean_recall``, ``instances`` (scored), ``skipped``, ``failed``. Side table ``per_instance``:
 ``system``, ``task``, ``instance_id``, ``recall``, ``failed``. Excluded: ``bad_selections``
-(a selections file that cannot be read or does not fit the instances).
+(a selections file that cannot be read or does not fit the instances), ``no_negations``
+(every negation request failed), ``no_instances`` (nothing to score).
 """
 
 from __future__ import annotations
@@ -260,7 +261,13 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
     config = ctx.config
     data = load_instances(ctx)
     if not data:
-        raise IrforgeError("evaluate: no instances to score (select kept none)")
+        # Nothing to score is an outcome of the run (select kept no instance), not an error.
+        why = {"reason": "no_instances", "detail": "there is no instance to score (select kept none)"}
+        return ChunkResult(
+            rows_to_table([], SCHEMA),
+            rows_to_table([{**row, **why} for row in chunk.to_pylist()], EXCLUDED_SCHEMA),
+            tables={"per_instance": rows_to_table([], PER_INSTANCE_SCHEMA)},
+        )
     scores = _Scores()
     excluded: list[dict[str, Any]] = []
     stats = ChatStats()
