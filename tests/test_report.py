@@ -50,8 +50,14 @@ def _publish(
     tables: dict[str, pa.Table] | None = None,
     cost: dict[str, float] | None = None,
     upstream: dict[str, str] | None = None,
+    files: dict[str, bytes] | None = None,
+    flow: str = FLOW,
 ) -> StageOutcome:
-    """Publish ``kept`` (plus excluded rows, side tables, cost) as stage ``name`` via the engine."""
+    """Publish ``kept`` (plus excluded rows, side tables, cost, files) as stage ``name`` via the engine.
+
+    ``files`` (path relative to the artifact's ``files/`` → content) are written the way a stage
+    writes them, into ``ctx.files_dir``, so they are published with the artifact.
+    """
     excluded_schema = exclusion_schema(*(kept.schema.field(k) for k in key))
     excluded_table = pa.Table.from_pylist(excluded or [], excluded_schema)
     units = pa.concat_tables([kept.select(list(key)), excluded_table.select(list(key))])
@@ -65,12 +71,24 @@ def _publish(
         excluded_schema=excluded_schema,
         key=key,
         source=lambda _ctx, _inputs: TableSource(units),
-        process=lambda _chunk, _ctx: result,
+        process=lambda _chunk, ctx: _write_files(ctx, files or {}, result),
         tables={n: t.schema for n, t in (tables or {}).items()},
         whole_input=True,
     )
     plan = StagePlan.make(spec, StageContext(HandmadeConfig(), root), upstream or {})
-    return run_stage(plan, ArtifactStore(root), FLOW, ExecutionConfig())
+    return run_stage(plan, ArtifactStore(root), flow, ExecutionConfig())
+
+
+def _write_files(
+    ctx: StageContext[HandmadeConfig], files: dict[str, bytes], result: ChunkResult
+) -> ChunkResult:
+    if files:
+        assert ctx.files_dir is not None, "run through the stage engine"
+        for relative, content in files.items():
+            path = ctx.files_dir / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+    return result
 
 
 def _pool_tables(histogram_pairs: bool = True) -> tuple[pa.Table, dict[str, pa.Table]]:
@@ -206,8 +224,10 @@ def _release_table() -> pa.Table:
     )
 
 
-def _record(root: Path, run_id: str, started_at: str, outcomes: dict[str, StageOutcome]) -> None:
-    recorder = RunRecorder(ArtifactStore(root), FLOW, run_id, root / "cure.yaml")
+def _record(
+    root: Path, run_id: str, started_at: str, outcomes: dict[str, StageOutcome], flow: str = FLOW
+) -> None:
+    recorder = RunRecorder(ArtifactStore(root), flow, run_id, root / f"{flow}.yaml")
     recorder.record["started_at"] = started_at
     for name, outcome in outcomes.items():
         recorder.stage_done(name, outcome)

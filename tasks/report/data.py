@@ -3,9 +3,13 @@
 A run record (``<root>/<flow>/runs/<run_id>.json``, :mod:`irforge.runs`) says which
 fingerprint each stage used; each artifact's manifest gives counts, exclusions, timings and
 cost. Stages with a known meaning get a section of their own, read from their rows and side
-tables: ``pool`` (score histograms, pool sizes at the 0.42 cut-off), ``judge`` (label
-distribution, tokens), ``qrels`` (judgements by source and score), ``evaluate`` (the shape of
-CURE's Table 7, rater agreement) and ``release`` (the files written).
+tables, chosen by the run's flow, since two flows may name different stages alike (both have
+an ``evaluate``): for ``cure``, ``pool`` (score histograms, pool sizes at the 0.42 cut-off),
+``judge`` (label distribution, tokens), ``qrels`` (judgements by source and score),
+``evaluate`` (the shape of CURE's Table 7, rater agreement) and ``release`` (the files
+written); for ``evidencebench``, ``select`` (the instances and their optimal set sizes),
+``evaluate`` (ER@K recall per system and task) and ``export`` (the release's files). Any other
+flow gets the generic parts only (stages, timings, exclusions, details).
 
 A stage whose artifact is gone is shown as missing, and a section whose tables cannot be read
 says why instead of failing the whole report: a report is how one finds out what went wrong.
@@ -37,6 +41,8 @@ QRELS_SOURCES = ("human", "containment", "llm")
 RELEASE_COLUMNS = ("config", "split", "path", "rows", "bytes", "sha256")
 EXAMPLES_PER_REASON = 3
 EXAMPLES_PER_LABEL = 3
+ER_TASKS = ("ER@optimal", "ER@10", "Result-ER@optimal", "Result-ER@5")  # EvidenceBench §4's order
+EXPORT_COLUMNS = ("path", "rows", "bytes", "sha256")
 NO_VALUE = "(none)"  # how a null group key (a row without a domain) is labelled, rather than dropped
 
 T = TypeVar("T")
@@ -254,6 +260,92 @@ class ReleaseFile:
 
 
 @dataclass(frozen=True)
+class SectionInfo:
+    """A flow-specific section of the page: its anchor, the stage it is read from, its title."""
+
+    id: str
+    stage: str
+    title: str
+
+
+# Per flow, the sections read from a stage's own tables (in page order). A flow not listed
+# gets none: guessing from stage names alone would misread another flow's ``evaluate``.
+FLOW_SECTIONS: dict[str, tuple[SectionInfo, ...]] = {
+    "cure": (
+        SectionInfo("pool", "pool", "Pooling"),
+        SectionInfo("judge", "judge", "LLM judging"),
+        SectionInfo("qrels", "qrels", "Qrels"),
+        SectionInfo("evaluate", "evaluate", "Evaluation"),
+        SectionInfo("release", "release", "Release"),
+    ),
+    "evidencebench": (
+        SectionInfo("instances", "select", "Instances"),
+        SectionInfo("recall", "evaluate", "Evidence retrieval (ER@K)"),
+        SectionInfo("export", "export", "Export"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class InstancesSection:
+    """EvidenceBench's ``select`` rows: the instances built and their optimal set sizes."""
+
+    instances: int
+    mean_aspects: float | None
+    mean_covered_aspects: float | None
+    mean_pool_size: float | None
+    mean_at_10_covered: float | None
+    optimal: Mapping[int, int]  # sentences in a minimum cover of all aspects → instances
+    results_optimal: Mapping[int, int]  # the same for the results aspects
+    without_results: int  # instances with no coverable results aspect (results_optimal null)
+
+    @property
+    def set_sizes(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.optimal) | set(self.results_optimal)))
+
+
+@dataclass(frozen=True)
+class Recall:
+    k: str
+    mean_recall: float | None  # None: no instance was scored
+    instances: int
+    skipped: int
+    failed: int
+
+
+@dataclass(frozen=True)
+class RecallSection:
+    """EvidenceBench's ``evaluate`` rows: mean ER@K aspect recall per (system, task)."""
+
+    systems: tuple[str, ...]  # in the artifact's order
+    tasks: tuple[str, ...]  # ER_TASKS first, any other task after
+    scores: Mapping[tuple[str, str], Recall]  # (system, task) → recall
+
+    def score(self, system: str, task: str) -> Recall | None:
+        return self.scores.get((system, task))
+
+    @property
+    def instances(self) -> tuple[int, ...]:
+        """The distinct numbers of scored instances (one value: every cell is over the same set)."""
+        return tuple(sorted({s.instances for s in self.scores.values()}))
+
+
+@dataclass(frozen=True)
+class ExportFile:
+    path: str
+    rows: int | None
+    bytes: int | None
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ExportSection:
+    files: tuple[ExportFile, ...]
+    release_dir: Path  # <artifact>/files/release, what ``irforge release`` copies out
+    release_dir_exists: bool
+
+
+@dataclass(frozen=True)
 class RunReport:
     record: RunRecord
     stages: tuple[StageReport, ...]  # upstream before downstream
@@ -262,6 +354,9 @@ class RunReport:
     qrels: QrelsSection | None = None
     evaluate: EvaluateSection | None = None
     release: tuple[ReleaseFile, ...] | None = None
+    instances: InstancesSection | None = None
+    recall: RecallSection | None = None
+    export: ExportSection | None = None
     section_problems: Mapping[str, str] = field(default_factory=dict)  # stage → why its section is absent
 
     @property
@@ -284,6 +379,14 @@ class RunReport:
     def stage(self, name: str) -> StageReport | None:
         return next((s for s in self.stages if s.name == name), None)
 
+    @property
+    def sections(self) -> tuple[SectionInfo, ...]:
+        """This flow's own sections whose stage is in the run (shown even when its artifact is gone)."""
+        return tuple(s for s in FLOW_SECTIONS.get(self.flow, ()) if self.stage(s.stage))
+
+    def has_section(self, section_id: str) -> bool:
+        return any(s.id == section_id for s in self.sections)
+
 
 def load_report(root: Path, flow: str, run_id: str | None = None) -> RunReport:
     """The report of one run (``run_id=None``: the run that started last)."""
@@ -292,16 +395,23 @@ def load_report(root: Path, flow: str, run_id: str | None = None) -> RunReport:
     stages = {name: _stage_report(store, flow, name, rec) for name, rec in record.stages.items()}
     ordered = tuple(stages[name] for name in _upstream_first(stages))
     problems: dict[str, str] = {}
-    return RunReport(
-        record=record,
-        stages=ordered,
-        pool=_section(stages, "pool", load_pool, problems),
-        judge=_section(stages, "judge", load_judge, problems),
-        qrels=_section(stages, "qrels", load_qrels, problems),
-        evaluate=_section(stages, "evaluate", load_evaluate, problems),
-        release=_section(stages, "release", load_release, problems),
-        section_problems=problems,
-    )
+    sections: dict[str, Any] = {}
+    # The record's flow, as RunReport.sections uses it, so the page shows what was loaded.
+    if record.flow == "cure":
+        sections = {
+            "pool": _section(stages, "pool", load_pool, problems),
+            "judge": _section(stages, "judge", load_judge, problems),
+            "qrels": _section(stages, "qrels", load_qrels, problems),
+            "evaluate": _section(stages, "evaluate", load_evaluate, problems),
+            "release": _section(stages, "release", load_release, problems),
+        }
+    elif record.flow == "evidencebench":
+        sections = {
+            "instances": _section(stages, "select", load_instances, problems),
+            "recall": _section(stages, "evaluate", load_recall, problems),
+            "export": _section(stages, "export", load_export, problems),
+        }
+    return RunReport(record=record, stages=ordered, section_problems=problems, **sections)
 
 
 def read_run_record(root: Path, flow: str, run_id: str | None = None) -> RunRecord:
@@ -600,4 +710,85 @@ def load_release(artifact: Artifact) -> tuple[ReleaseFile, ...]:
     raise ReportDataError(
         f"release {artifact.fingerprint} has no rows or side table with columns {list(RELEASE_COLUMNS)} "
         f"(side tables: {artifact.table_names})"
+    )
+
+
+def _mean(column: pa.ChunkedArray) -> float | None:
+    value = pc.mean(column).as_py()
+    return None if value is None else float(value)
+
+
+def _int_counts(column: pa.ChunkedArray) -> dict[int, int]:
+    """Instances per value of an integer column (nulls left out: the caller counts those)."""
+    counts = pc.value_counts(column.drop_null())
+    pairs = zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)
+    return dict(sorted((int(v), int(n)) for v, n in pairs))
+
+
+def load_instances(artifact: Artifact) -> InstancesSection:
+    """EvidenceBench ``select``: instance count, mean sizes, distribution of the optimal set sizes."""
+    rows = _read(
+        artifact,
+        [
+            "instance_id",
+            "n_aspects",
+            "covered_aspects",
+            "pool_size",
+            "optimal",
+            "at_10_covered",
+            "results_optimal",
+        ],
+    )
+    return InstancesSection(
+        instances=rows.num_rows,
+        mean_aspects=_mean(rows["n_aspects"]),
+        mean_covered_aspects=_mean(rows["covered_aspects"]),
+        mean_pool_size=_mean(rows["pool_size"]),
+        mean_at_10_covered=_mean(rows["at_10_covered"]),
+        optimal=_int_counts(rows["optimal"]),
+        results_optimal=_int_counts(rows["results_optimal"]),
+        without_results=rows["results_optimal"].null_count,
+    )
+
+
+def load_recall(artifact: Artifact) -> RecallSection:
+    """EvidenceBench ``evaluate``: mean recall per (system, task), with what was skipped or failed."""
+    rows = _read(artifact, ["system", "task", "k", "mean_recall", "instances", "skipped", "failed"])
+    scores: dict[tuple[str, str], Recall] = {}
+    systems: dict[str, None] = {}  # insertion-ordered set
+    for r in rows.to_pylist():
+        key = (_key(r["system"]), _key(r["task"]))
+        if key in scores:
+            raise ReportDataError(
+                f"evaluate {artifact.fingerprint} has two rows for system {key[0]!r}, task {key[1]!r}"
+            )
+        mean = r["mean_recall"]
+        scores[key] = Recall(
+            k=_key(r["k"]),
+            mean_recall=None if mean is None else float(mean),
+            instances=int(r["instances"] or 0),
+            skipped=int(r["skipped"] or 0),
+            failed=int(r["failed"] or 0),
+        )
+        systems[key[0]] = None
+    found = {t for _s, t in scores}
+    tasks = [t for t in ER_TASKS if t in found] + sorted(found - set(ER_TASKS))
+    return RecallSection(systems=tuple(systems), tasks=tuple(tasks), scores=scores)
+
+
+def load_export(artifact: Artifact) -> ExportSection:
+    """EvidenceBench ``export``: the files of the release (side table ``files``) and its folder."""
+    if "files" not in artifact.table_names:
+        raise ReportDataError(
+            f"export {artifact.fingerprint} has no side table 'files' (side tables: {artifact.table_names})"
+        )
+    rows = _read(artifact, list(EXPORT_COLUMNS), table="files").to_pylist()
+    release_dir = artifact.files / "release"
+    return ExportSection(
+        files=tuple(
+            ExportFile(path=_key(r["path"]), rows=r["rows"], bytes=r["bytes"], sha256=_key(r["sha256"]))
+            for r in rows
+        ),
+        release_dir=release_dir,
+        release_dir_exists=release_dir.is_dir(),
     )

@@ -157,7 +157,7 @@ _TEMPLATE = """<!DOCTYPE html>
 <figure>{{ plots.times }}<figcaption>Wall time of each stage in this run (a reused stage only looked its artifact up).</figcaption></figure>
 </section>
 
-{%- if r.stage("pool") %}
+{%- if r.has_section("pool") %}
 <section id="pool">
 <h2>Pooling</h2>
 {{ stage_problem("pool") }}
@@ -180,7 +180,7 @@ Pool size: stored pairs whose probability is at least {{ p.threshold }}; the mea
 </section>
 {%- endif %}
 
-{%- if r.stage("judge") %}
+{%- if r.has_section("judge") %}
 <section id="judge">
 <h2>LLM judging</h2>
 {{ stage_problem("judge") }}
@@ -224,7 +224,7 @@ Billed figures are those of the run that computed this artifact.</p>
 </section>
 {%- endif %}
 
-{%- if r.stage("qrels") %}
+{%- if r.has_section("qrels") %}
 <section id="qrels">
 <h2>Qrels</h2>
 {{ stage_problem("qrels") }}
@@ -248,7 +248,7 @@ Billed figures are those of the run that computed this artifact.</p>
 </section>
 {%- endif %}
 
-{%- if r.stage("evaluate") %}
+{%- if r.has_section("evaluate") %}
 <section id="evaluate">
 <h2>Evaluation</h2>
 {{ stage_problem("evaluate") }}
@@ -294,7 +294,7 @@ Billed figures are those of the run that computed this artifact.</p>
 </section>
 {%- endif %}
 
-{%- if r.stage("release") %}
+{%- if r.has_section("release") %}
 <section id="release">
 <h2>Release</h2>
 {{ stage_problem("release") }}
@@ -307,6 +307,81 @@ Billed figures are those of the run that computed this artifact.</p>
 <td class="mono" title="{{ f.sha256 }}">{{ f.sha256 | truncate(16, true, "…", 0) }}</td></tr>
 {%- endfor %}
 </tbody></table>
+{%- endif %}
+</section>
+{%- endif %}
+
+{%- if r.has_section("instances") %}
+<section id="instances">
+<h2>Instances</h2>
+{{ stage_problem("select") }}
+{%- set ins = r.instances %}{% if ins %}
+<div class="grid">
+<table class="instances">
+<thead><tr><th>instances</th><th class="num">value</th></tr></thead>
+<tbody>
+<tr><td>instances built</td>{{ num(ins.instances) }}</tr>
+<tr><td>mean aspects</td><td class="num">{{ ins.mean_aspects | ratio }}</td></tr>
+<tr><td>mean covered aspects</td><td class="num">{{ ins.mean_covered_aspects | ratio }}</td></tr>
+<tr><td>mean pool size (sentences)</td><td class="num">{{ ins.mean_pool_size | ratio }}</td></tr>
+<tr><td>mean aspects covered by the best 10 sentences</td><td class="num">{{ ins.mean_at_10_covered | ratio }}</td></tr>
+</tbody></table>
+<table class="optimal">
+<thead><tr><th class="num">sentences in the optimal set</th><th class="num">all aspects</th><th class="num">results aspects</th></tr></thead>
+<tbody>
+{%- for n in ins.set_sizes %}<tr>{{ num(n) }}{{ num(ins.optimal.get(n, 0)) }}{{ num(ins.results_optimal.get(n, 0)) }}</tr>{% endfor %}
+{%- if ins.without_results %}<tr><td>no results aspect</td><td class="num">–</td>{{ num(ins.without_results) }}</tr>{% endif %}
+</tbody></table>
+</div>
+<p class="note">Instances per size of the exact minimum set of sentences covering every covered aspect (optimal)
+and every results aspect (results optimal). Summaries left out for low coverage are counted in the Stages table.</p>
+{%- endif %}
+</section>
+{%- endif %}
+
+{%- if r.has_section("recall") %}
+<section id="recall">
+<h2>Evidence retrieval (ER@K)</h2>
+{{ stage_problem("evaluate") }}
+{%- set rc = r.recall %}{% if rc %}
+<table class="er-at-k">
+<thead><tr><th>System</th>{% for t in rc.tasks %}<th class="num">{{ t }}</th>{% endfor %}</tr></thead>
+<tbody>
+{%- for sys in rc.systems %}<tr><th>{{ sys }}</th>
+{%- for t in rc.tasks %}{% set s = rc.score(sys, t) %}
+<td class="num"{% if s %} title="{{ s.instances }} instances scored, {{ s.skipped }} skipped, {{ s.failed }} failed"{% endif %}>
+{{- (s.mean_recall if s else none) | percent }}
+{%- if s and (s.skipped or s.failed) %}<div class="muted small counts">
+{%- if s.skipped %}{{ s.skipped | number }} skipped{% endif %}{% if s.skipped and s.failed %}, {% endif %}
+{%- if s.failed %}{{ s.failed | number }} failed{% endif %}</div>{% endif %}</td>
+{%- endfor %}</tr>
+{%- endfor %}
+</tbody></table>
+<p class="note">Mean aspect recall over the instances scored
+{%- if rc.instances | length == 1 %} ({{ rc.instances[0] | number }} per cell){% else %} ({{ rc.instances | map("number") | join(", ") }} depending on the cell; see each cell's tooltip){% endif %}.
+@optimal: as many sentences as the instance's optimal set; Result tasks score the results aspects only.
+Skipped: instances without a results aspect; failed: no valid LLM reply (scored 0).</p>
+{%- if plots.recall %}<figure>{{ plots.recall }}<figcaption>Mean aspect recall per system and task.</figcaption></figure>{% endif %}
+{%- endif %}
+</section>
+{%- endif %}
+
+{%- if r.has_section("export") %}
+<section id="export">
+<h2>Export</h2>
+{{ stage_problem("export") }}
+{%- set ex = r.export %}{% if ex %}
+<p>Release folder: <span class="mono release-dir">{{ ex.release_dir }}</span>
+{%- if not ex.release_dir_exists %} <span class="badge bad">missing</span>{% endif %}</p>
+<table class="export-files">
+<thead><tr><th>path</th><th class="num">rows</th><th class="num">bytes</th><th>sha256</th></tr></thead>
+<tbody>
+{%- for f in ex.files %}
+<tr><td class="mono">{{ f.path }}</td>{{ num(f.rows) }}{{ num(f.bytes) }}
+<td class="mono" title="{{ f.sha256 }}">{{ f.sha256 | truncate(16, true, "…", 0) }}</td></tr>
+{%- endfor %}
+</tbody></table>
+<p class="note">Paths are relative to the release folder; <span class="mono">irforge release {{ r.flow }} --out DIR</span> copies it out.</p>
 {%- endif %}
 </section>
 {%- endif %}
@@ -368,6 +443,10 @@ def _metric(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
 def _cost(value: float, name: str) -> str:
     if name == "usd":
         return f"${value:,.4f}"
@@ -401,6 +480,7 @@ def _environment() -> Environment:
         rate=_rate,
         ratio=_ratio,
         metric=_metric,
+        percent=_percent,
         cost=_cost,
         seconds=_seconds,
         when=_when,
@@ -422,6 +502,7 @@ def render_report(report: RunReport) -> str:
         "labels": Markup(plots.label_distribution(report.judge.labels))
         if report.judge and report.judge.labels
         else None,
+        "recall": Markup(_recall_plot(report)) if report.recall and report.recall.scores else None,
     }
     return _PAGE.render(
         r=report,
@@ -453,15 +534,15 @@ def write_report(root: Path, flow: str, run_id: str | None = None) -> Path:
     return path
 
 
+def _recall_plot(report: RunReport) -> str:
+    assert report.recall is not None
+    rc = report.recall
+    recall = {key: score.mean_recall for key, score in rc.scores.items()}
+    return plots.recall_bars(rc.systems, rc.tasks, recall)
+
+
 def _sections(report: RunReport) -> list[tuple[str, str]]:
-    optional = [
-        ("pool", "Pooling"),
-        ("judge", "LLM judging"),
-        ("qrels", "Qrels"),
-        ("evaluate", "Evaluation"),
-        ("release", "Release"),
-    ]
-    present = [(name, title) for name, title in optional if report.stage(name)]
+    present = [(s.id, s.title) for s in report.sections]
     return [("summary", "Stages"), ("timings", "Timings"), *present, ("details", "Stage details")]
 
 

@@ -22,6 +22,13 @@ from tasks.report.data import HistogramBin
 
 LABEL_COLOURS = {0: "#c4cad3", 1: "#f2b134", 2: "#2a9d8f"}
 OTHER_COLOUR = "#8d6cab"
+# One colour per ER@K task: the two @optimal tasks dark, their fixed-K partners light.
+TASK_COLOURS = {
+    "ER@optimal": "#1d4f91",
+    "ER@10": "#7fa7dc",
+    "Result-ER@optimal": "#1f7a6f",
+    "Result-ER@5": "#7cc8bd",
+}
 BAR_COLOUR = "#3d6fb6"
 THRESHOLD_COLOUR = "#d1495b"
 _STYLE: dict[RcKeyType, Any] = {
@@ -114,6 +121,38 @@ def label_distribution(labels: Mapping[str, Mapping[int, int]]) -> str:
         ax.set_xlabel("judgements")
         fig.legend(loc="outside upper right", ncols=max(len(scores), 1), fontsize=8, frameon=False)
         return to_svg(fig, "label-distribution")
+
+
+def recall_bars(
+    systems: Sequence[str], tasks: Sequence[str], recall: Mapping[tuple[str, str], float | None]
+) -> str:
+    """Grouped horizontal bars: mean recall (%) of each system (a group) on each task (a bar).
+
+    Horizontal, because system names (``dense:<model>+E6``) are long; a missing or unscored
+    cell draws no bar rather than a 0 that would read as a result.
+    """
+    width = 0.8 / max(len(tasks), 1)
+    with mpl.rc_context(_STYLE):
+        fig = _figure(8, 1.0 + 0.18 * max(len(systems), 1) * max(len(tasks), 1))
+        ax = fig.add_subplot()
+        for i, task in enumerate(tasks):
+            values = [recall.get((s, task)) for s in systems]
+            shown = [(y, 100 * v) for y, v in enumerate(values) if v is not None]
+            bars = ax.barh(
+                [y - 0.4 + width * (i + 0.5) for y, _v in shown],
+                [v for _y, v in shown],
+                height=width,
+                color=TASK_COLOURS.get(task, OTHER_COLOUR),
+                label=task,
+            )
+            ax.bar_label(bars, labels=[f"{v:.1f}" for _y, v in shown], padding=2, fontsize=7)
+        ax.set_yticks(range(len(systems)), list(systems))
+        ax.invert_yaxis()
+        ax.set_xlim(0, 112)  # room for the labels of 100 % bars
+        ax.set_xticks([0, 25, 50, 75, 100])
+        ax.set_xlabel("mean aspect recall (%)")
+        fig.legend(loc="outside upper right", ncols=max(len(tasks), 1), fontsize=8, frameon=False)
+        return to_svg(fig, "recall-bars")
 
 
 def _seconds(value: float) -> str:
