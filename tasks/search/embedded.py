@@ -29,7 +29,12 @@ are plain text and can never raise a parse error.
 Retrievers (every list ordered by score descending, ties by ``passage_id`` ascending)
 -----------------------------------------------------------------------------------
 * :meth:`EmbeddedBackend.bm25`: a boolean ``should`` of one BM25 term query per analysed
-  token (a repeated token counts again, as Lucene's ``match`` does), like ES ``match``.
+  token (a repeated token counts again, as Lucene's ``match`` does), like ES ``match``,
+  with tantivy's BM25 scores; scored from a term -> passage matrix of tantivy's weights by
+  numba kernels (:mod:`tasks.search.bm25_kernels`; not stored: built from the token store
+  by :meth:`~EmbeddedBackend.finish` and :meth:`~EmbeddedBackend.open`, about 1 s at
+  200,000 passages). :meth:`EmbeddedBackend.bm25_tantivy` runs the query in tantivy: the
+  oracle of the tests and a peer in the benchmark.
 * :meth:`EmbeddedBackend.phrase`: ``match_phrase`` with ``slop``, with Lucene's sloppy
   semantics (two swapped terms need slop 2), which tantivy's own sloppy phrase does not
   have: checked on the token store. One token: a term query.
@@ -38,7 +43,8 @@ Retrievers (every list ordered by score descending, ties by ``passage_id`` ascen
 * :meth:`EmbeddedBackend.knn`: exact cosine over every stored vector.
 
 Lexical searches of a batch run on one tantivy searcher, in ``threads`` threads (tantivy
-releases the GIL while it searches); kNN is one matrix product per block of queries.
+releases the GIL while it searches; so do the BM25 kernels); kNN is one matrix product per
+block of queries.
 
 Queries longer than :data:`MAX_QUERY_TERMS` analysed tokens keep their first 1,024 tokens
 (Elasticsearch's historical ``indices.query.bool.max_clause_count``; ES rejects such a query
@@ -51,6 +57,7 @@ more than ``k`` and, while the last hit ties with the ``k``-th, asks for more.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import json
 import math
@@ -72,6 +79,7 @@ import tantivy
 from rapidfuzz import process
 from rapidfuzz.distance import OSA
 
+from tasks.search import bm25_kernels
 from tasks.search.port import F32, Hit, IndexReport, SearchError, ranked
 
 FORMAT: Final = "irforge-embedded-search/1"
@@ -274,6 +282,8 @@ class EmbeddedBackend:
         self._pending_vectors: list[F32] = []
         self._ids: list[str] = []
         self._id_rank: I64 = np.zeros(0, dtype=np.int64)
+        self._by_rank: I64 = np.zeros(0, dtype=np.int64)  # row of each id rank
+        self._bm25: bm25_kernels.Bm25Matrix | None = None  # tantivy's BM25 weights, eagerly
         self._vectors: F32 = np.zeros((0, dims), dtype=np.float32)
         self._known: set[str] = set()
         self._vocabulary: dict[int, dict[str, int]] | None = None  # for fuzzy: length -> term -> df
@@ -355,6 +365,7 @@ class EmbeddedBackend:
         self._closed = True
         self._vectors = np.zeros((0, self.dims), dtype=np.float32)  # unmaps vectors.npy
         self._store = _TokenStore.empty()  # and tokens.npy
+        self._bm25 = None
 
     def __enter__(self) -> Self:
         return self
@@ -479,7 +490,11 @@ class EmbeddedBackend:
         order = pc.sort_indices(pa.array(ids, pa.string())).to_numpy()
         rank = np.empty(len(ids), dtype=np.int64)
         rank[order] = np.arange(len(ids), dtype=np.int64)
-        self._id_rank = rank
+        self._id_rank, self._by_rank = rank, order.astype(np.int64)
+        store = self._store
+        indexed = np.ones(len(store.terms), dtype=bool)
+        indexed[list(store.long)] = False  # tantivy drops tokens of 40+ bytes
+        self._bm25 = bm25_kernels.Bm25Matrix.build(store.tokens, store.starts, store.lengths, indexed)
 
     def count(self) -> int:
         self._check_open()
@@ -492,7 +507,55 @@ class EmbeddedBackend:
     # ------------------------------------------------------------------ lexical retrievers
 
     def bm25(self, texts: Sequence[str], k: int) -> list[list[Hit]]:
-        """ES ``match``: any analysed token, BM25 (tantivy's is 2.2x Lucene's; same ranking).
+        """ES ``match``: any analysed token, tantivy's BM25 (2.2x Lucene's; same ranking).
+
+        The scores are the ones tantivy gives the ``should`` query of :meth:`bm25_tantivy`
+        (up to float32 rounding: tantivy sums in float32), computed from a term -> passage
+        matrix of precomputed weights with numba kernels, pruning the passages that cannot
+        reach the top ``k`` (:mod:`tasks.search.bm25_kernels`); the matrix is built from the
+        token store when the index is finished or opened. Work per query: the postings of
+        its rare terms, then, once the common terms left cannot lift an unseen passage into
+        the top ``k``, a look-up per remaining candidate.
+        """
+        self._check_open()
+        _check_k(k)
+        if not texts:
+            return []
+        matrix = self._bm25
+        if matrix is None or not self._ids:
+            return [[] for _ in texts]
+        an, get = self._analyzers[0], self._store.ids.get
+        flat: list[int] = []
+        starts = [0]
+        for text in texts:
+            if text:
+                flat += [get(w, -1) for w in an.analyze(text)[:MAX_QUERY_TERMS]]
+            starts.append(len(flat))
+        rows, scores, counts = bm25_kernels.search(
+            matrix,
+            np.array(flat, dtype=np.int32),
+            np.array(starts, dtype=np.int64),
+            k,
+            self._id_rank,
+            self._by_rank,
+            self._threads,
+        )
+        ids = self._ids
+        # 100,000 hits for 2,000 queries: the cyclic GC would scan the heap every 700 of
+        # them, and none of them can be in a cycle (measured: 30 % of this loop's time)
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return [
+                [Hit(rank, ids[r], s) for rank, r, s in zip(range(1, c + 1), rs, ss, strict=False)]
+                for c, rs, ss in zip(counts.tolist(), rows.tolist(), scores.tolist(), strict=True)
+            ]
+        finally:
+            if paused:
+                gc.enable()
+
+    def bm25_tantivy(self, texts: Sequence[str], k: int) -> list[list[Hit]]:
+        """:meth:`bm25` searched by tantivy itself: its oracle in the tests, its peer in the bench.
 
         Cost: this tantivy build scores every posting of every query term; its union does not
         skip non-competitive documents (measured: a term in 20 passages OR ``the`` takes as
