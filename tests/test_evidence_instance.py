@@ -16,7 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tasks.evidence.instance import RELEASED_FIELDS, build_instance, covered_fraction, enough_coverage
+from tasks.evidence.instance import (
+    RELEASED_FIELDS,
+    build_instance,
+    covered_fraction,
+    enough_coverage,
+    low_coverage,
+)
 from tasks.evidence.release import (
     CARD_FILE,
     JSON_FILE,
@@ -251,6 +257,8 @@ def test_the_70_percent_rule_is_inclusive() -> None:
     assert not enough_coverage(two_of_three)
     assert covered_fraction([]) == 0.0 and not enough_coverage([])
     assert enough_coverage([[0], [1]])
+    assert low_coverage(seven_of_ten) is None
+    assert low_coverage(two_of_three) == "2 of 3 aspects have a sentence (67% < 70%)"
 
 
 # ---- the release folder

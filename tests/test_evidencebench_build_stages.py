@@ -689,17 +689,21 @@ def test_an_instance_with_too_few_aligned_aspects_is_excluded_for_low_coverage(t
     def hook(step: str, marker: str, _text: str) -> str | None:
         return unaligned if (step, marker) == ("decompose", "[4]") else None
 
-    run, _ = _faulty(tmp_path, hook)
+    run, server = _faulty(tmp_path, hook)
     assert by_unit(run["align"].ran.kept)[UNIT["[4]"]]["aspect_sentences"] == [[0, 7], [], []]
-    select = run["select"].ran
-    [low] = select.excluded
-    assert (low["unit_id"], low["reason"], low["n_aspects"], low["covered_aspects"]) == (
+    # Dropped before its labels are paid for (DESIGN's order: coverage filter, then labels).
+    label = run["label"].ran
+    [low] = label.excluded
+    assert (low["unit_id"], low["reason"], low["step"], low["attempts"]) == (
         UNIT["[4]"],
         "low_coverage",
-        3,
-        1,
+        "coverage",
+        0,
     )
-    assert low["detail"].startswith("1 of 3 aspects have a sentence (33% < 70%)")
+    assert low["detail"] == "1 of 3 aspects have a sentence (33% < 70%)"
+    assert len(of_step(server.chats(), "label")) == 1  # [3] only
+    select = run["select"].ran
+    assert select.excluded == []
     assert [r["instance_id"] for r in select.kept] == [INSTANCE["[3]"]]
 
 

@@ -48,6 +48,17 @@ def enough_coverage(aspect_sentences: Sequence[Sequence[int]]) -> bool:
     return covered_fraction(aspect_sentences) >= MIN_COVERED_FRACTION
 
 
+def low_coverage(aspect_sentences: Sequence[Sequence[int]]) -> str | None:
+    """Why an instance fails the 70 % rule (``"1 of 3 aspects have a sentence (33% < 70%)"``), or None."""
+    if enough_coverage(aspect_sentences):
+        return None
+    covered = sum(1 for s in aspect_sentences if s)
+    return (
+        f"{covered} of {len(aspect_sentences)} aspects have a sentence "
+        f"({covered_fraction(aspect_sentences):.0%} < {MIN_COVERED_FRACTION:.0%})"
+    )
+
+
 def _pad(selection: list[int], k: int, n: int) -> list[int]:
     chosen = set(selection)
     spare = (i for i in range(n) if i not in chosen)

@@ -21,6 +21,7 @@ Units: decomposed summaries (``unit_id``). Output: ``decompose``'s columns plus
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pyarrow as pa
@@ -43,6 +44,8 @@ from tasks.evidencebench.refine import llm_cost, spent, step_prompt
 from tasks.llm.cache import ChatStats, ReplyCache
 from tasks.llm.config import LLMConfig, chat_model, describe
 from tasks.llm.port import ChatOutcome, ChatReply
+
+log = logging.getLogger(__name__)
 
 
 class AlignConfig(StrictModel):
@@ -129,6 +132,7 @@ def process(chunk: pa.Table, ctx: StageContext[AlignConfig]) -> ChunkResult:
     excluded: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     stats = ChatStats()
+    done = 0
     with ReplyCache(ctx.cache_dir / "llm_replies.sqlite") as cache:
         for row in rows:
             pool = pools[row["paper_id"]].texts
@@ -141,6 +145,13 @@ def process(chunk: pa.Table, ctx: StageContext[AlignConfig]) -> ChunkResult:
                 allow_empty=not config.require_selection,
             )  # fmt: skip
             stats = stats + found.stats
+            # A chunk holds many papers of a few hundred requests each: say where it is.
+            done += 1
+            log.info(
+                "align %d/%d %s: %d requests (%d from the cache), %d failed",
+                done, len(rows), row["unit_id"], found.stats.sent + found.stats.hits,
+                found.stats.hits, len(found.failures),
+            )  # fmt: skip
             n_windows = len(windows(len(pool), config.window_size, config.stride))
             requests = n_windows * len(aspect_ids)
             order = list(aspect_ids)

@@ -5,9 +5,14 @@ in order, labelled ``results``, ``background`` or ``methods`` (``LABELS:``, exac
 line per aspect; grammar-constrained where the server takes GBNF grammars). The
 ``results`` aspects form the Result-ER evidence set of ``select``.
 
+The 70 % coverage rule (§2.2; ``select`` applies it) is applied here first, as DESIGN orders
+the steps: an instance with fewer than 70 % of its aspects aligned is dropped before its
+labels are paid for.
+
 Units: aligned summaries (``unit_id``). Output: ``align``'s instance columns plus
 ``aspect_labels`` (one per aspect) and the request's cost. Excluded (``reason``):
-``invalid_reply``, ``truncated``, ``request_failed`` (``raw_reply`` holds the last reply).
+``low_coverage`` (``step`` coverage, no request sent), ``invalid_reply``, ``truncated``,
+``request_failed`` (``raw_reply`` holds the last reply).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from irforge.stage import (
     rows_to_table,
 )
 from tasks.evidence.grammars import labels_grammar
+from tasks.evidence.instance import low_coverage
 from tasks.evidence.llm_steps import label_request, labels_validator
 from tasks.evidencebench.decompose import IDENTITY
 from tasks.evidencebench.pools import LLM_COST_FIELDS, SUMMARY_FIELDS, constrained
@@ -80,10 +86,16 @@ def process(chunk: pa.Table, ctx: StageContext[LabelConfig]) -> ChunkResult:
     config = ctx.config
     prompt = step_prompt("label", config.prompt, ctx.base_dir)
     rows = chunk.to_pylist()
+    excluded: list[dict[str, Any]] = []
     # The validator depends on the number of aspects: one cached call per aspect count.
     by_count: dict[int, list[int]] = {}
     for i, row in enumerate(rows):
-        by_count.setdefault(len(row["aspects"]), []).append(i)
+        why = low_coverage(row["aspect_sentences"])
+        if why is None:
+            by_count.setdefault(len(row["aspects"]), []).append(i)
+        else:
+            excluded.append({"unit_id": row["unit_id"], "review_id": row["review_id"], "reason": "low_coverage",
+                             "detail": why, "step": "coverage", "attempts": 0})  # fmt: skip
     outcomes: dict[int, ChatOutcome] = {}
     stats = ChatStats()
     for count, members in sorted(by_count.items()):
@@ -101,8 +113,9 @@ def process(chunk: pa.Table, ctx: StageContext[LabelConfig]) -> ChunkResult:
         stats = stats + group_stats
         outcomes.update(zip(members, answered, strict=True))
     kept: list[dict[str, Any]] = []
-    excluded: list[dict[str, Any]] = []
     for i, row in enumerate(rows):
+        if i not in outcomes:
+            continue  # excluded above, before any request
         outcome = outcomes[i]
         if isinstance(outcome, ChatFailure):
             excluded.append(

@@ -33,7 +33,7 @@ from irforge.stage import (
     exclusion_schema,
     rows_to_table,
 )
-from tasks.evidence.instance import build_instance, covered_fraction, enough_coverage
+from tasks.evidence.instance import build_instance, low_coverage
 from tasks.evidence.selection import MIN_COVERED_FRACTION
 from tasks.evidencebench.label import INSTANCE
 from tasks.evidencebench.pools import paper_pools
@@ -98,14 +98,14 @@ def process(chunk: pa.Table, ctx: StageContext[SelectConfig]) -> ChunkResult:
     for row in rows:
         sentences: list[list[int]] = row["aspect_sentences"]
         covered = sum(1 for s in sentences if s)
-        if not enough_coverage(sentences):
+        why = low_coverage(sentences)
+        if why is not None:  # label already drops these before paying for labels; a guard here
             excluded.append(
                 {
                     "unit_id": row["unit_id"],
                     "review_id": row["review_id"],
                     "reason": "low_coverage",
-                    "detail": f"{covered} of {len(sentences)} aspects have a sentence "
-                    f"({covered_fraction(sentences):.0%} < {MIN_COVERED_FRACTION:.0%})",
+                    "detail": why,
                     "n_aspects": len(sentences),
                     "covered_aspects": covered,
                 }
