@@ -141,7 +141,7 @@ def process(chunk: pa.Table, ctx: StageContext[LabelConfig]) -> ChunkResult:
 
 SPEC: StageSpec[LabelConfig] = StageSpec(
     name="label",
-    version=1,
+    version=2,  # 2: the 70 % rule applied before labelling
     config_type=LabelConfig,
     upstream=("align",),
     schema=SCHEMA,
