@@ -21,19 +21,16 @@ comparing the sliding window with one request per (aspect, sentence).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tasks.evidence.grammars import selection_grammar
-from tasks.evidence.llm_steps import Prompt, keyword_value, load_prompt, one_line
+from tasks.evidence.llm_steps import Prompt, decision_indices, load_prompt, one_line
 from tasks.llm.cache import ChatStats, ReplyCache, cached_chat
-from tasks.llm.port import ChatFailure, ChatModel, ChatReply, ChatRequest, OnOutcome, ReplyInvalid, Sampling
+from tasks.llm.port import ChatFailure, ChatModel, ChatReply, ChatRequest, OnOutcome, Sampling
 
 WINDOW_SIZE = 10
 WINDOW_STRIDE = 5
-_LIST = re.compile(r"\[(.*)\]", re.DOTALL)
-_INDEX = re.compile(r"\d+")
 
 
 def windows(n: int, size: int = WINDOW_SIZE, stride: int = WINDOW_STRIDE) -> list[range]:
@@ -67,24 +64,8 @@ def parse_selection(reply: str, window_len: int) -> tuple[int, ...]:
     Returned sorted. Anything after the list, a non-integer, an index outside the window or
     a repeated index is :class:`ReplyInvalid`.
     """
-    value = keyword_value(reply, "DECISION")
-    match = _LIST.fullmatch(value)
-    if match is None:
-        raise ReplyInvalid(f"DECISION: {value[:80]!r} is not a list of indices like [0, 3] or []")
-    inner = match.group(1).strip()
-    items = [item.strip() for item in inner.split(",")] if inner else []
-    chosen: list[int] = []
-    for item in items:
-        if not _INDEX.fullmatch(item):
-            raise ReplyInvalid(f"DECISION: list item {item[:40]!r} is not a non-negative integer index")
-        index = int(item)
-        if index >= window_len:
-            raise ReplyInvalid(
-                f"DECISION: index {index} is outside the window, whose elements are numbered 0 to {window_len - 1}"
-            )
-        if index in chosen:
-            raise ReplyInvalid(f"DECISION: index {index} is given twice")
-        chosen.append(index)
+    outside = f"is outside the window, whose elements are numbered 0 to {window_len - 1}"
+    chosen = decision_indices(reply, lambda index: outside if index >= window_len else None)
     return tuple(sorted(chosen))
 
 

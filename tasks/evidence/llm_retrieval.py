@@ -55,7 +55,6 @@ marks the attempt for logs and quarantine (part: ``paper``, ``section <start>-<s
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, NamedTuple
@@ -64,14 +63,14 @@ from tasks.evidence.baselines import task_sizes
 from tasks.evidence.llm_steps import (
     DEFAULT_SAMPLING,
     Prompt,
-    keyword_value,
+    decision_indices,
     load_prompt,
     one_line,
     parse_hypothesis,
 )
 from tasks.evidence.selection import TASK_K, AspectGroup, Task
 from tasks.llm.cache import ChatStats, ReplyCache, cached_chat
-from tasks.llm.port import ChatFailure, ChatModel, ChatReply, ChatRequest, ReplyInvalid, Sampling
+from tasks.llm.port import ChatFailure, ChatModel, ChatReply, ChatRequest, Sampling
 
 Strategy = Literal["default", "section", "regenerate"]
 SENTENCE_TYPES: frozenset[str] = frozenset({"section_name", "abstract", "normal_paragraph"})
@@ -88,9 +87,6 @@ FOCUS: dict[AspectGroup, str] = {
     ),
 }
 """The ``$focus`` sentence of each aspect group (App. E.1 for all aspects, App. E.2 for results)."""
-
-_LIST = re.compile(r"\[(.*)\]", re.DOTALL)
-_INDEX = re.compile(r"\d+")
 
 
 # -- rendering and parsing --------------------------------------------------------------
@@ -110,24 +106,8 @@ def parse_retrieval(reply: str, allowed: Iterable[int]) -> tuple[int, ...]:
     K is a valid parse that the strategy cuts or regenerates.
     """
     shown = allowed if isinstance(allowed, range | frozenset) else frozenset(allowed)
-    value = keyword_value(reply, "DECISION")
-    match = _LIST.fullmatch(value)
-    if match is None:
-        raise ReplyInvalid(f"DECISION: {value[:80]!r} is not a list of indices like [3, 17] or []")
-    inner = match.group(1).strip()
-    items = [item.strip() for item in inner.split(",")] if inner else []
-    chosen: list[int] = []
-    for item in items:
-        if not _INDEX.fullmatch(item):
-            raise ReplyInvalid(f"DECISION: list item {item[:40]!r} is not a non-negative integer index")
-        index = int(item)
-        if index not in shown:
-            raise ReplyInvalid(
-                f"DECISION: index {index} is not one of the text elements shown ({_span(shown)})"
-            )
-        if index in chosen:
-            raise ReplyInvalid(f"DECISION: index {index} is given twice")
-        chosen.append(index)
+    not_shown = f"is not one of the text elements shown ({_span(shown)})"
+    chosen = decision_indices(reply, lambda index: None if index in shown else not_shown)
     return tuple(chosen)
 
 

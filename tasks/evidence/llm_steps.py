@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -318,6 +318,35 @@ def keyword_value(reply: str, keyword: str) -> str:
     if len(found) > 1:
         raise ReplyInvalid(f"the keyword {keyword}: starts {len(found)} lines; it must appear once")
     return reply[found[0].end() :].strip()
+
+
+_INDEX_LIST = re.compile(r"\[(.*)\]", re.DOTALL)
+_INDEX_ITEM = re.compile(r"\d+")
+
+
+def decision_indices(reply: str, inside: Callable[[int], str | None]) -> list[int]:
+    """The list after ``DECISION:`` (``[0, 3]`` or ``[]``, ending the reply), in reply order.
+
+    Each item must be a non-negative integer, given once, and accepted by ``inside`` (which
+    returns why an index is out of range, or None). Anything else is :class:`ReplyInvalid`.
+    """
+    value = keyword_value(reply, "DECISION")
+    match = _INDEX_LIST.fullmatch(value)
+    if match is None:
+        raise ReplyInvalid(f"DECISION: {value[:80]!r} is not a list of indices like [0, 3] or []")
+    inner = match.group(1).strip()
+    chosen: list[int] = []
+    for item in (part.strip() for part in inner.split(",")) if inner else ():
+        if not _INDEX_ITEM.fullmatch(item):
+            raise ReplyInvalid(f"DECISION: list item {item[:40]!r} is not a non-negative integer index")
+        index = int(item)
+        why = inside(index)
+        if why is not None:
+            raise ReplyInvalid(f"DECISION: index {index} {why}")
+        if index in chosen:
+            raise ReplyInvalid(f"DECISION: index {index} is given twice")
+        chosen.append(index)
+    return chosen
 
 
 def _value_lines(reply: str, keyword: str) -> list[str]:
