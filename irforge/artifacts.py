@@ -93,8 +93,11 @@ class Artifact:
     def count_rows(self, table: str | None = None) -> int:
         return sum(pq.ParquetFile(p).metadata.num_rows for p in self._files(table))
 
-    def read(self, columns: list[str] | None = None, table: str | None = None) -> pa.Table:
-        tables = [pq.read_table(p, columns=columns) for p in self._files(table)]
+    def read(
+        self, columns: list[str] | None = None, table: str | None = None, filters: Any = None
+    ) -> pa.Table:
+        """The rows (or a side table); ``filters`` (pyarrow's DNF) skips what they exclude while reading."""
+        tables = [pq.read_table(p, columns=columns, filters=filters) for p in self._files(table)]
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
     def iter_batches(

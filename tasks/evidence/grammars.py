@@ -102,6 +102,7 @@ def _check_keyword(keyword: str) -> None:
 # -- the builders ---------------------------------------------------------------------
 
 
+@functools.cache  # the align stage asks for the same one or two window lengths on every paper
 def selection_grammar(window_len: int, *, allow_empty: bool = True) -> str:
     """``DECISION: [i, j, ...]`` (:func:`~tasks.evidence.alignment.parse_selection`): indices
     strictly increasing in 0 .. ``window_len`` - 1, possibly none (``[]``) unless ``allow_empty``

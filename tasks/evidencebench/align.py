@@ -39,8 +39,8 @@ from irforge.stage import (
 )
 from tasks.evidence.alignment import WINDOW_SIZE, WINDOW_STRIDE, align, windows
 from tasks.evidencebench.decompose import IDENTITY
-from tasks.evidencebench.pools import LLM_COST_FIELDS, SUMMARY_FIELDS, paper_pools
-from tasks.evidencebench.refine import llm_cost, spent, step_prompt
+from tasks.evidencebench.llm_calls import LLM_COST_FIELDS, llm_cost, spent, step_prompt
+from tasks.evidencebench.pools import SUMMARY_FIELDS, paper_pools
 from tasks.llm.cache import ChatStats, ReplyCache
 from tasks.llm.config import LLMConfig, chat_model, describe
 from tasks.llm.port import ChatOutcome, ChatReply

@@ -32,8 +32,17 @@ from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.evidence.grammars import aspects_grammar, choice_grammar
 from tasks.evidence.llm_steps import decompose_request, leak_check_request, parse_aspects, parse_leak_check
-from tasks.evidencebench.pools import LLM_COST_FIELDS, SUMMARY_FIELDS, citing_papers, constrained, paper_pools
-from tasks.evidencebench.refine import ask, failure_fields, llm_cost, spent, step_prompt
+from tasks.evidencebench.llm_calls import (
+    LLM_COST_FIELDS,
+    ask,
+    constrained,
+    excluded_row,
+    failure_fields,
+    llm_cost,
+    spent,
+    step_prompt,
+)
+from tasks.evidencebench.pools import SUMMARY_FIELDS, citing_papers, paper_pools
 from tasks.llm.config import LLMConfig, describe
 from tasks.llm.port import ChatFailure, ChatReply
 
@@ -97,8 +106,7 @@ def source(ctx: StageContext[DecomposeConfig], _inputs: dict[str, Any]) -> Table
 
 
 def _excluded(row: dict[str, Any], step: str, fields: dict[str, Any]) -> dict[str, Any]:
-    return {"unit_id": row["unit_id"], "review_id": row["review_id"], "paper_id": row["paper_id"],
-            "step": step, **fields}  # fmt: skip
+    return excluded_row(row, {"paper_id": row["paper_id"], "step": step, **fields})
 
 
 def process(chunk: pa.Table, ctx: StageContext[DecomposeConfig]) -> ChunkResult:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,7 +53,7 @@ from tasks.evidence.baselines import (
 )
 from tasks.evidence.llm_retrieval import LLMRetriever, Strategy, negate
 from tasks.evidence.selection import TASK_K, Task, coverage
-from tasks.evidencebench.refine import llm_cost
+from tasks.evidencebench.llm_calls import llm_cost
 from tasks.llm.cache import ChatStats, ReplyCache
 from tasks.llm.config import LLMConfig, chat_model, describe
 
@@ -110,14 +111,27 @@ def _check(config: EvaluateConfig) -> None:
         raise ConfigError("evaluate: llm_strategies and negation need an llm")
 
 
-def _rankers(config: EvaluateConfig) -> list[str]:
-    names = ["bm25"] if config.bm25 else []
+@dataclass(frozen=True)
+class _RankerSpec:
+    """A ranking system: BM25 (``model`` None) or a dense model, with or without the E.6 prefix."""
+
+    name: str
+    model: str | None
+    prefixed: bool
+
+
+def _ranker_specs(config: EvaluateConfig) -> list[_RankerSpec]:
+    specs = [_RankerSpec("bm25", None, False)] if config.bm25 else []
     for model in config.embedding_models:
         if config.embedding_prefix in ("both", "without"):
-            names.append(f"dense:{model}")
+            specs.append(_RankerSpec(f"dense:{model}", model, False))
         if config.embedding_prefix in ("both", "with"):
-            names.append(f"dense:{model}+E6")
-    return names
+            specs.append(_RankerSpec(f"dense:{model}+E6", model, True))
+    return specs
+
+
+def _rankers(config: EvaluateConfig) -> list[str]:
+    return [spec.name for spec in _ranker_specs(config)]
 
 
 def system_names(config: EvaluateConfig) -> list[str]:
@@ -272,14 +286,15 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
     excluded: list[dict[str, Any]] = []
     stats = ChatStats()
     rankers: dict[str, RankingBaseline] = {}
-    if config.bm25:
-        rankers["bm25"] = RankingBaseline(BM25Ranker())
-    for model_name in config.embedding_models:
-        dense = DenseRanker(SentenceTransformerEncoder(model_name, device=config.device), cached_pools=2)
-        if config.embedding_prefix in ("both", "without"):
-            rankers[f"dense:{model_name}"] = RankingBaseline(dense)
-        if config.embedding_prefix in ("both", "with"):
-            rankers[f"dense:{model_name}+E6"] = RankingBaseline(dense, E6_PREFIXES)
+    dense: dict[str, DenseRanker] = {}  # one encoder per model, shared by its two prefix variants
+    for spec in _ranker_specs(config):
+        if spec.model is None:
+            rankers[spec.name] = RankingBaseline(BM25Ranker())
+            continue
+        if spec.model not in dense:
+            encoder = SentenceTransformerEncoder(spec.model, device=config.device)
+            dense[spec.model] = DenseRanker(encoder, cached_pools=2)
+        rankers[spec.name] = RankingBaseline(dense[spec.model], E6_PREFIXES if spec.prefixed else {})
     if config.oracle:
         scores.add(ORACLE, data, _oracle)
     for system_name, ranker in rankers.items():

@@ -46,8 +46,16 @@ from tasks.evidence.llm_steps import (
     recover_hypothesis_request,
     trim_hypothesis_request,
 )
-from tasks.evidencebench.pools import LLM_COST_FIELDS, constrained
-from tasks.evidencebench.refine import ask, excluded_row, failure_fields, llm_cost, spent, step_prompt
+from tasks.evidencebench.llm_calls import (
+    LLM_COST_FIELDS,
+    ask,
+    constrained,
+    excluded_row,
+    failure_fields,
+    llm_cost,
+    spent,
+    step_prompt,
+)
 from tasks.llm.config import LLMConfig, describe
 from tasks.llm.port import ChatFailure, ChatReply
 

@@ -35,8 +35,17 @@ from tasks.evidence.grammars import labels_grammar
 from tasks.evidence.instance import low_coverage
 from tasks.evidence.llm_steps import label_request, labels_validator
 from tasks.evidencebench.decompose import IDENTITY
-from tasks.evidencebench.pools import LLM_COST_FIELDS, SUMMARY_FIELDS, constrained
-from tasks.evidencebench.refine import ask, failure_fields, llm_cost, spent, step_prompt
+from tasks.evidencebench.llm_calls import (
+    LLM_COST_FIELDS,
+    ask,
+    constrained,
+    excluded_row,
+    failure_fields,
+    llm_cost,
+    spent,
+    step_prompt,
+)
+from tasks.evidencebench.pools import SUMMARY_FIELDS
 from tasks.llm.cache import ChatStats
 from tasks.llm.config import LLMConfig, describe
 from tasks.llm.port import ChatFailure, ChatOutcome, ChatReply
@@ -94,8 +103,8 @@ def process(chunk: pa.Table, ctx: StageContext[LabelConfig]) -> ChunkResult:
         if why is None:
             by_count.setdefault(len(row["aspects"]), []).append(i)
         else:
-            excluded.append({"unit_id": row["unit_id"], "review_id": row["review_id"], "reason": "low_coverage",
-                             "detail": why, "step": "coverage", "attempts": 0})  # fmt: skip
+            fields = {"reason": "low_coverage", "detail": why, "step": "coverage", "attempts": 0}
+            excluded.append(excluded_row(row, fields))
     outcomes: dict[int, ChatOutcome] = {}
     stats = ChatStats()
     for count, members in sorted(by_count.items()):
@@ -118,9 +127,7 @@ def process(chunk: pa.Table, ctx: StageContext[LabelConfig]) -> ChunkResult:
             continue  # excluded above, before any request
         outcome = outcomes[i]
         if isinstance(outcome, ChatFailure):
-            excluded.append(
-                {"unit_id": row["unit_id"], "review_id": row["review_id"], **failure_fields("label", outcome)}
-            )
+            excluded.append(excluded_row(row, failure_fields("label", outcome)))
             continue
         assert isinstance(outcome, ChatReply)
         kept.append(

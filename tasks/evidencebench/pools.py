@@ -8,23 +8,12 @@ for a chunk of summaries, each one's paper id and its pool in element order.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from irforge.artifacts import Artifact
-from tasks.llm.port import ChatRequest
 
-LLM_COST_FIELDS = (
-    pa.field("engine", pa.string(), nullable=False),
-    pa.field("model", pa.string(), nullable=False),
-    pa.field("prompt_tokens", pa.int64(), nullable=False),
-    pa.field("completion_tokens", pa.int64(), nullable=False),
-    pa.field("attempts", pa.int32(), nullable=False),
-    pa.field("cached", pa.bool_(), nullable=False),
-)
-"""Every LLM stage's last columns: which model answered and what its requests cost."""
 SUMMARY_FIELDS = (
     pa.field("unit_id", pa.string(), nullable=False),
     pa.field("review_id", pa.string(), nullable=False),
@@ -53,11 +42,14 @@ def citing_papers(papers: Artifact) -> dict[str, str]:
 
 def paper_pools(papers: Artifact, paper_ids: Iterable[str]) -> dict[str, PaperPool]:
     """The pools of ``paper_ids`` (those in the artifact), elements sorted by ``element_index``."""
-    wanted = pa.array(sorted(set(paper_ids)), pa.string())
-    table = papers.read(columns=["paper_id", "element_index", "element_type", "text"])
-    table = table.filter(pc.is_in(table.column("paper_id"), wanted)).sort_by(
-        [("paper_id", "ascending"), ("element_index", "ascending")]
+    wanted = sorted(set(paper_ids))
+    if not wanted:
+        return {}
+    # Read only the chunk's papers: the artifact holds the full text of every cited paper.
+    table = papers.read(
+        columns=["paper_id", "element_index", "element_type", "text"], filters=[("paper_id", "in", wanted)]
     )
+    table = table.sort_by([("paper_id", "ascending"), ("element_index", "ascending")])
     grouped: dict[str, tuple[list[str], list[str]]] = {}
     for paper_id, text, kind in zip(
         table.column("paper_id").to_pylist(),
@@ -69,8 +61,3 @@ def paper_pools(papers: Artifact, paper_ids: Iterable[str]) -> dict[str, PaperPo
         texts.append(text)
         types.append(kind)
     return {key: PaperPool(key, tuple(texts), tuple(types)) for key, (texts, types) in grouped.items()}
-
-
-def constrained(request: ChatRequest, grammar: str | None) -> ChatRequest:
-    """``request`` with a GBNF grammar on its reply's form (servers without grammars ignore it)."""
-    return request if grammar is None else replace(request, grammar=grammar)

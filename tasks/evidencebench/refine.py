@@ -35,14 +35,12 @@ hits, tokens, USD, over both steps.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, get_args
 
 import pyarrow as pa
 from pydantic import Field
 
 from irforge.config import StrictModel
-from irforge.errors import IrforgeError
 from irforge.stage import (
     ArtifactSource,
     ChunkResult,
@@ -54,20 +52,25 @@ from irforge.stage import (
 from tasks.evidence.grammars import choice_grammar, refine_grammar_for
 from tasks.evidence.llm_steps import (
     SUITABLE,
-    Prompt,
-    Step,
     Suitability,
-    load_prompt,
     parse_refine,
     parse_suitability,
     refine_request,
     refine_validator,
     suitability_request,
 )
-from tasks.evidencebench.pools import LLM_COST_FIELDS, constrained
-from tasks.llm.cache import ChatStats, ReplyCache, cached_chat
-from tasks.llm.config import LLMConfig, chat_model, cost_usd, describe
-from tasks.llm.port import ChatFailure, ChatOutcome, ChatReply, ChatRequest, ReplyInvalid, Validator
+from tasks.evidencebench.llm_calls import (
+    LLM_COST_FIELDS,
+    ask,
+    constrained,
+    excluded_row,
+    failure_fields,
+    llm_cost,
+    spent,
+    step_prompt,
+)
+from tasks.llm.config import LLMConfig, describe
+from tasks.llm.port import ChatFailure, ChatReply, ReplyInvalid
 
 _BRACKETS = ("[]", "()")
 
@@ -122,63 +125,6 @@ _COLUMNS = [
     "context_before",
     "context_after",
 ]
-
-
-# -- helpers shared with the hypothesis stage ----------------------------------------
-
-
-def step_prompt(step: Step, path: str | None, base_dir: Path) -> Prompt:
-    """The prompt of ``step``: the file ``path`` (relative to the config) or the default one."""
-    return load_prompt(step, None if path is None else base_dir / path)
-
-
-def ask(
-    ctx: StageContext[Any], llm: LLMConfig, requests: Sequence[ChatRequest], validate: Validator
-) -> tuple[list[ChatOutcome], ChatStats]:
-    """``requests`` answered through the reply cache at ``<cache_dir>/llm_replies.sqlite``."""
-    if ctx.cache_dir is None or ctx.files_dir is None:
-        raise IrforgeError("no cache or work folder for the LLM replies (run the stage through the engine)")
-    if not requests:
-        return [], ChatStats()
-    model = chat_model(llm, ctx.base_dir, ctx.files_dir)
-    ctx.cache_dir.mkdir(parents=True, exist_ok=True)
-    with ReplyCache(ctx.cache_dir / "llm_replies.sqlite") as cache:
-        return cached_chat(model, cache, requests, validate)
-
-
-def llm_cost(llm: LLMConfig, stats: ChatStats) -> dict[str, float]:
-    """The manifest's cost entry for the requests behind ``stats``."""
-    return {
-        "requests_sent": stats.sent,
-        "cache_hits": stats.hits,
-        "prompt_tokens": stats.prompt_tokens,
-        "completion_tokens": stats.completion_tokens,
-        "usd": cost_usd(llm, stats.prompt_tokens, stats.completion_tokens),
-    }
-
-
-def failure_fields(step: str, outcome: ChatFailure) -> dict[str, Any]:
-    """The excluded-row fields of a request that ended without a valid reply."""
-    return {
-        "reason": outcome.reason,
-        "detail": f"{step}: {outcome.detail}",
-        "step": step,
-        "raw_reply": outcome.raw_text,
-        "attempts": outcome.attempts,
-    }
-
-
-def spent(*replies: ChatReply) -> dict[str, Any]:
-    """What the replies of one unit cost together (``cached``: every one came from the cache)."""
-    return {
-        "prompt_tokens": sum(r.prompt_tokens for r in replies),
-        "completion_tokens": sum(r.completion_tokens for r in replies),
-        "attempts": sum(r.attempts for r in replies),
-        "cached": all(r.cached for r in replies),
-    }
-
-
-# -- the stage ------------------------------------------------------------------------
 
 
 def citation_marker(paragraph: str, spans: Sequence[dict[str, int]]) -> str:
@@ -287,10 +233,6 @@ def process(chunk: pa.Table, ctx: StageContext[RefineConfig]) -> ChunkResult:
         rows_to_table(excluded, EXCLUDED_SCHEMA),
         cost=llm_cost(config.llm, refine_stats + suitability_stats),
     )
-
-
-def excluded_row(row: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
-    return {"unit_id": row["unit_id"], "review_id": row["review_id"], **fields}
 
 
 SPEC: StageSpec[RefineConfig] = StageSpec(
