@@ -32,8 +32,8 @@ Retrievers (every list ordered by score descending, ties by ``passage_id`` ascen
   token (a repeated token counts again, as Lucene's ``match`` does), like ES ``match``,
   with tantivy's BM25 scores; scored from a term -> passage matrix of tantivy's weights by
   numba kernels (:mod:`tasks.search.bm25_kernels`; not stored: built from the token store
-  by :meth:`~EmbeddedBackend.finish` and :meth:`~EmbeddedBackend.open`, about 1 s at
-  200,000 passages). :meth:`EmbeddedBackend.bm25_tantivy` runs the query in tantivy: the
+  by the first ``bm25`` call after :meth:`~EmbeddedBackend.finish` or
+  :meth:`~EmbeddedBackend.open`, about 1 s at 200,000 passages). :meth:`EmbeddedBackend.bm25_tantivy` runs the query in tantivy: the
   oracle of the tests and a peer in the benchmark.
 * :meth:`EmbeddedBackend.phrase`: ``match_phrase`` with ``slop``, with Lucene's sloppy
   semantics (two swapped terms need slop 2), which tantivy's own sloppy phrase does not
@@ -491,10 +491,15 @@ class EmbeddedBackend:
         rank = np.empty(len(ids), dtype=np.int64)
         rank[order] = np.arange(len(ids), dtype=np.int64)
         self._id_rank, self._by_rank = rank, order.astype(np.int64)
-        store = self._store
-        indexed = np.ones(len(store.terms), dtype=bool)
-        indexed[list(store.long)] = False  # tantivy drops tokens of 40+ bytes
-        self._bm25 = bm25_kernels.Bm25Matrix.build(store.tokens, store.starts, store.lengths, indexed)
+        self._bm25 = None  # built by the first bm25() call: phrase, fuzzy and kNN never need it
+
+    def _bm25_matrix(self) -> bm25_kernels.Bm25Matrix:
+        if self._bm25 is None:
+            store = self._store
+            indexed = np.ones(len(store.terms), dtype=bool)
+            indexed[list(store.long)] = False  # tantivy drops tokens of 40+ bytes
+            self._bm25 = bm25_kernels.Bm25Matrix.build(store.tokens, store.starts, store.lengths, indexed)
+        return self._bm25
 
     def count(self) -> int:
         self._check_open()
@@ -513,7 +518,7 @@ class EmbeddedBackend:
         (up to float32 rounding: tantivy sums in float32), computed from a term -> passage
         matrix of precomputed weights with numba kernels, pruning the passages that cannot
         reach the top ``k`` (:mod:`tasks.search.bm25_kernels`); the matrix is built from the
-        token store when the index is finished or opened. Work per query: the postings of
+        token store by the first call after the index is finished or opened. Work per query: the postings of
         its rare terms, then, once the common terms left cannot lift an unseen passage into
         the top ``k``, a look-up per remaining candidate.
         """
@@ -521,9 +526,9 @@ class EmbeddedBackend:
         _check_k(k)
         if not texts:
             return []
-        matrix = self._bm25
-        if matrix is None or not self._ids:
+        if not self._ids:
             return [[] for _ in texts]
+        matrix = self._bm25_matrix()
         an, get = self._analyzers[0], self._store.ids.get
         flat: list[int] = []
         starts = [0]
