@@ -329,19 +329,23 @@ def test_oracle_equality_on_mutated_real_paragraphs(threshold: float) -> None:
 
 
 @needs_samples
-@pytest.mark.parametrize("fallback", [0.0, 1e9])
+@pytest.mark.parametrize("mode", ["join", "scan_limit", "too_long_to_pack"])
 def test_join_and_its_brute_force_fallback_agree_with_the_oracle(
-    fallback: float, monkeypatch: pytest.MonkeyPatch
+    mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # _FALLBACK 0 makes the join give up at once (brute force over the length band);
-    # 1e9 never lets it give up. Both must give the oracle's answer.
-    monkeypatch.setattr(variants, "_FALLBACK", fallback)
+    # "scan_limit": _FALLBACK 0 makes the join give up at once (brute force over the
+    # length band); "too_long_to_pack": texts longer than the packed index entries can
+    # address go to brute force too. "join" never gives up. All must give the oracle's answer.
+    monkeypatch.setattr(variants, "_FALLBACK", 0.0 if mode == "scan_limit" else 1e9)
+    if mode == "too_long_to_pack":
+        monkeypatch.setattr(variants, "_JOIN_MAX_CHARS", 300)
     rng = random.Random(7)
     paragraphs = real_paragraphs(min_chars=80, max_chars=600)
     texts = [typo(p, rng, rng.randint(0, 6)) for p in rng.sample(paragraphs, 40) for _ in range(2)]
+    assert max(map(len, texts)) > 300
     assert similar_pairs(texts, 0.85) == similar_pairs_exhaustive(texts, 0.85)
     assert variants.STATS["pivots"] > 0
-    assert ("brute_force_texts" in variants.STATS) == (fallback == 0.0)
+    assert ("brute_force_texts" in variants.STATS) == (mode != "join")
 
 
 @needs_samples

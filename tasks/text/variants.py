@@ -114,7 +114,7 @@ _U = np.uint64
 _ALL = _U(0xFFFFFFFFFFFFFFFF)
 _SLACK = 1e-6  # absolute slack on every edit budget: rounding never loses a pair
 # Tuning knobs: they change speed and memory, never the result.
-_ELL = 1  # variants: pivots beyond kup (more pivots: stronger count filter, bigger join)
+_ELL = 3  # variants: pivots beyond kup (more pivots: stronger count filter, bigger join; 2-4 measured best)
 _LEVELS = 12.0  # rarity levels per doubling of a gram's estimated count
 _CONTAIN_ELL = 8  # containments: pivots beyond E (each candidate needs this many on a diagonal band)
 _BATCH = 10_000_000  # raw matches handled per batch (bounds memory)
@@ -122,6 +122,10 @@ _BLOCK_CELLS = 4_000_000  # brute force: pairs scored per cdist call
 _PAIR_CHUNK = 100_000  # candidate pairs scored per cpdist call
 _SMALL_PAIRS = 100_000  # at most this many length-eligible pairs: score them all, no filter
 _FALLBACK = 200.0  # the join gives up past this many index entries scanned per length-band pair
+# What the join's packed 8-byte index entries can address (20 position bits, 28 text bits);
+# larger inputs go to brute force, still exact.
+_JOIN_MAX_CHARS = 1 << 20
+_JOIN_MAX_TEXTS = 1 << 28
 
 #: Counts and timings of the last fast-path call (diagnostics for benchmarks; not thread-safe).
 STATS: dict[str, float] = {}
@@ -438,6 +442,7 @@ class _Pivots:
     want: I64  # pivots per text
     last: U64  # largest pivot key per text
     filterable: B1  # the text has more disjoint grams than its edit budget
+    prefix_bound: int  # grams of filterable texts with a key ≤ their text's last: bounds the join's index
 
 
 def _pivots(c: _Codes, budget: I64, ell: int) -> _Pivots:
@@ -573,9 +578,13 @@ def _pivot_join(c: _Codes, pv: _Pivots, ktab: I64, t: float) -> tuple[I64, I64] 
     """Candidate pairs among filterable texts (see the module docstring, steps 2-3).
 
     None when the join would scan more index entries than ``_FALLBACK`` times the number
-    of pairs the length filter lets through (low thresholds): brute force is cheaper then.
+    of pairs the length filter lets through (low thresholds): brute force is cheaper then;
+    and for inputs its packed index entries cannot address (``_JOIN_MAX_CHARS``,
+    ``_JOIN_MAX_TEXTS``), which brute force still answers exactly.
     """
     n = len(c.lens)
+    if n >= _JOIN_MAX_TEXTS or int(c.lens.max()) >= _JOIN_MAX_CHARS:
+        return None
     # Direction: x joins its pivots against y's prefix when (last, index) of x is smaller.
     order = np.lexsort((np.arange(n), pv.last))
     rank = np.empty(n, dtype=np.int64)
@@ -601,6 +610,7 @@ def _pivot_join(c: _Codes, pv: _Pivots, ktab: I64, t: float) -> tuple[I64, I64] 
         np.argsort(c.lens, kind="stable"),
         np.ascontiguousarray(lengths),
         int(min(24, max(10, _bits(len(pv.pos)) - 1))),  # hash buckets: about two pivots each
+        pv.prefix_bound,
         max_raw,
     )
     _stat("prefix", entries)
