@@ -39,7 +39,7 @@ scores such a term 0 and returns the passages it alone matches, which this kerne
 Memory: 8 bytes a posting plus 4 bytes a passage per dense term (~210 MB at 200,000
 passages of 117 words).
 
-Kernels are compiled with ``numba.njit(cache=True, nogil=True)``; :func:`search` runs one
+Kernels are compiled by :func:`tasks.jit.compiled` (numba, cached, GIL released); :func:`search` runs one
 kernel call per thread on contiguous slices of the batch.
 """
 
@@ -51,9 +51,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
-import numba
 import numpy as np
 import numpy.typing as npt
+
+from tasks.jit import compiled
 
 __all__ = ["FIELD_NORMS", "Bm25Matrix", "fieldnorm_ids", "search"]
 
@@ -368,19 +369,14 @@ def _search_py(
             acc[touched[j]] = 0.0
 
 
-def _compile(function: Callable[..., Any]) -> Callable[..., Any]:
-    compiled: Callable[..., Any] = numba.njit(cache=True, nogil=True)(function)
-    return compiled
-
-
-_sift_down_f64 = _compile(_sift_down_f64_py)
-_sift_down_i64 = _compile(_sift_down_i64_py)
-_kth = _compile(_kth_py)
-_keep = _compile(_keep_py)
-_merge_add = _compile(_merge_add_py)
-_postings: Callable[[I32, I64, B1], tuple[I64, I32, I32]] = _compile(_postings_py)
-_max_weights: Callable[[I64, F32], F64] = _compile(_max_weights_py)
-_search: Callable[..., None] = _compile(_search_py)
+_sift_down_f64 = compiled(_sift_down_f64_py)
+_sift_down_i64 = compiled(_sift_down_i64_py)
+_kth = compiled(_kth_py)
+_keep = compiled(_keep_py)
+_merge_add = compiled(_merge_add_py)
+_postings: Callable[[I32, I64, B1], tuple[I64, I32, I32]] = compiled(_postings_py)
+_max_weights: Callable[[I64, F32], F64] = compiled(_max_weights_py)
+_search: Callable[..., None] = compiled(_search_py)
 
 
 # ----------------------------------------------------------------------------- the matrix

@@ -19,13 +19,21 @@ signed/unsigned integer arithmetic into float64, which would silently break the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["NO_GRAM", "choose_pivots", "gram_keys", "gram_levels", "pivot_join"]
+from tasks.jit import compiled
+
+__all__ = [
+    "JOIN_POSITION_BITS",
+    "JOIN_TEXT_BITS",
+    "NO_GRAM",
+    "choose_pivots",
+    "gram_keys",
+    "gram_levels",
+    "pivot_join",
+]
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
@@ -43,6 +51,11 @@ _S32 = np.uint64(32)
 _S42 = np.uint64(42)
 _S56 = np.uint64(56)
 _TOP_LEVEL = 254  # rarity levels 0..254; 255 marks NO_GRAM
+# A pivot-join index entry is one int64: check bits (15 low hash bits) << _CHECK_SHIFT |
+# text << JOIN_POSITION_BITS | position.
+JOIN_POSITION_BITS = 20
+JOIN_TEXT_BITS = 28
+_CHECK_SHIFT = JOIN_POSITION_BITS + JOIN_TEXT_BITS
 
 
 def _text_hashes_py(code: U32, a: int, b: int, q: int, out: U64) -> int:
@@ -102,6 +115,11 @@ def _in_prefix_py(key: np.uint64, last: np.uint64, seen: U64) -> bool:
     """A gram in a text's prefix (key ≤ ``last``) that some pivot has (bit set in ``seen``)."""
     bit = (key >> np.uint64(32)) & np.uint64((1 << 23) - 1)
     return bool(key <= last and (seen[bit >> np.uint64(6)] & (np.uint64(1) << (bit & np.uint64(63)))) != 0)
+
+
+def _bucket_py(key: np.uint64, bucket_mask: np.uint64) -> np.int64:
+    """The join's hash bucket of a gram key: hash bits from 32 up (the low ones are its check bits)."""
+    return np.int64(((key & np.uint64((1 << 56) - 1)) >> np.uint64(32)) & bucket_mask)
 
 
 def _gram_keys(code: U32, offs: I64, q: int, level: U8) -> U64:
@@ -219,7 +237,8 @@ def _pivot_join(
     length filter holds and the positions differ by at most ``K = ktab[max(len x, len y)]``.
     Pairs with at least ``want[x] - K`` pivots counted are candidates. Returns (x, y,
     index entries, entries scanned, 1 if completed else 0 — it stops once ``max_raw``
-    were scanned). Texts must be shorter than 2**20 characters and fewer than 2**28.
+    were scanned). Texts must be shorter than 2**JOIN_POSITION_BITS characters and fewer
+    than 2**JOIN_TEXT_BITS.
 
     Measured choices (the index is far larger than the caches): one hashing pass appends
     the prefix entries in length order (``prefix_bound`` sizes the buffer); a stable
@@ -231,18 +250,17 @@ def _pivot_join(
     n = offs.shape[0] - 1
     lens = (offs[1:] - offs[:-1]).astype(np.int32)  # small per-text tables stay in cache
     rank32 = rank.astype(np.int32)
-    hash_mask = np.uint64((1 << 56) - 1)
     bucket_mask = np.uint64((1 << bucket_bits) - 1)
-    check_mask = np.uint64(0x7FFF)  # hash bits kept in an entry, above the bucket's own
-    pos_mask = np.int64((1 << 20) - 1)
-    text_mask = np.int64((1 << 28) - 1)
+    check_mask = np.uint64(0x7FFF)  # low hash bits kept in an entry: tell a bucket's grams apart
+    pos_mask = np.int64((1 << JOIN_POSITION_BITS) - 1)
+    text_mask = np.int64((1 << JOIN_TEXT_BITS) - 1)
     seen = np.zeros(1 << 17, dtype=np.uint64)  # 2**23 bits (1 MB): which hashes some pivot has
     for j in range(pkey.shape[0]):
         bit = (pkey[j] >> np.uint64(32)) & np.uint64((1 << 23) - 1)
         seen[bit >> np.uint64(6)] |= np.uint64(1) << (bit & np.uint64(63))
     keys = np.empty(lens.max() + 1, dtype=np.uint64)
 
-    # Prefix entries, (check bits << 48 | text << 20 | position), in length order, then
+    # Prefix entries (see JOIN_POSITION_BITS) in length order, then
     # partitioned on the top bucket bits and each partition sorted into its buckets.
     shift = max(0, bucket_bits - 8)
     parts = 1 << (bucket_bits - shift)
@@ -253,13 +271,13 @@ def _pivot_join(
     for y in by_length:
         if filterable[y]:
             m = _text_keys(code, offs[y], offs[y + 1], q, level, keys)
-            text_bits = np.int64(y) << 20
+            text_bits = np.int64(y) << JOIN_POSITION_BITS
             for p in range(m):
                 if _in_prefix(keys[p], last[y], seen):
-                    b = ((keys[p] & hash_mask) >> np.uint64(32)) & bucket_mask
+                    b = _bucket(keys[p], bucket_mask)
                     fill[(b >> shift) + 1] += 1
                     bucket_of[total] = b
-                    packed[total] = (np.int64(keys[p] & check_mask) << 48) | text_bits | p
+                    packed[total] = (np.int64(keys[p] & check_mask) << _CHECK_SHIFT) | text_bits | p
                     total += 1
     for part in range(parts):
         fill[part + 1] += fill[part]
@@ -306,29 +324,29 @@ def _pivot_join(
         shortest, longest = partner_lengths[x, 0], partner_lengths[x, 1]
         j0, j1 = first[x], first[x + 1]
         for j in range(j0, j1):  # independent loads, so their cache misses overlap
-            b = ((pkey[j] & hash_mask) >> np.uint64(32)) & bucket_mask
+            b = _bucket(pkey[j], bucket_mask)
             heads[j - j0, 0] = head[b, 0]
             heads[j - j0, 1] = head[b, 1]
         nt = 0
         for j in range(j0, j1):
             check = np.int64(pkey[j] & check_mask)
             sp = ppos[j] - offs[x]
-            b = ((pkey[j] & hash_mask) >> np.uint64(32)) & bucket_mask
+            b = _bucket(pkey[j], bucket_mask)
             e = max(heads[j - j0, 0], head[b, 0])  # another pivot of x may have moved the cursor
             end = heads[j - j0, 1]
-            while e < end and lens[(entry[e] >> 20) & text_mask] < shortest:
+            while e < end and lens[(entry[e] >> JOIN_POSITION_BITS) & text_mask] < shortest:
                 e += 1
             head[b, 0] = e
             while e < end:
                 word = entry[e]
-                y = (word >> 20) & text_mask
+                y = (word >> JOIN_POSITION_BITS) & text_mask
                 ly = lens[y]
                 if ly > longest:
                     break
                 raw += 1
                 k = ktab[max(lx, ly)]
                 if (
-                    (word >> 48) == check
+                    (word >> _CHECK_SHIFT) == check
                     and abs(lx - ly) <= k
                     and abs(sp - (word & pos_mask)) <= k
                     and rank32[y] > rx  # last in that order, it needs a load
@@ -355,20 +373,16 @@ def _pivot_join(
     return out_x[:found], out_y[:found], total, raw, 1
 
 
-def _compile(function: Callable[..., Any]) -> Callable[..., Any]:
-    compiled: Callable[..., Any] = numba.njit(cache=True, nogil=True)(function)
-    return compiled
-
-
 # Helpers first: a kernel resolves the compiled helpers it calls when it is compiled.
-_mix = _compile(_mix_py)
-_text_hashes = _compile(_text_hashes_py)
-_text_keys = _compile(_text_keys_py)
-_in_prefix = _compile(_in_prefix_py)
-_greedy_count = _compile(_greedy_count_py)
-gram_levels: Callable[[U32, I64, int, float], U8] = _compile(_gram_levels)
-gram_keys: Callable[[U32, I64, int, U8], U64] = _compile(_gram_keys)
-choose_pivots: Callable[[U32, I64, int, U8, I64, int], tuple[I64, U64, I64, I64, U64, B1, int]] = _compile(
+_mix = compiled(_mix_py)
+_text_hashes = compiled(_text_hashes_py)
+_text_keys = compiled(_text_keys_py)
+_in_prefix = compiled(_in_prefix_py)
+_greedy_count = compiled(_greedy_count_py)
+_bucket = compiled(_bucket_py)
+gram_levels: Callable[[U32, I64, int, float], U8] = compiled(_gram_levels)
+gram_keys: Callable[[U32, I64, int, U8], U64] = compiled(_gram_keys)
+choose_pivots: Callable[[U32, I64, int, U8, I64, int], tuple[I64, U64, I64, I64, U64, B1, int]] = compiled(
     _choose_pivots
 )
-pivot_join: Callable[..., tuple[I64, I64, int, int, int]] = _compile(_pivot_join)
+pivot_join: Callable[..., tuple[I64, I64, int, int, int]] = compiled(_pivot_join)

@@ -122,10 +122,9 @@ _BLOCK_CELLS = 4_000_000  # brute force: pairs scored per cdist call
 _PAIR_CHUNK = 100_000  # candidate pairs scored per cpdist call
 _SMALL_PAIRS = 100_000  # at most this many length-eligible pairs: score them all, no filter
 _FALLBACK = 200.0  # the join gives up past this many index entries scanned per length-band pair
-# What the join's packed 8-byte index entries can address (20 position bits, 28 text bits);
-# larger inputs go to brute force, still exact.
-_JOIN_MAX_CHARS = 1 << 20
-_JOIN_MAX_TEXTS = 1 << 28
+# What the join's packed 8-byte index entries can address; larger inputs go to brute force, still exact.
+_JOIN_MAX_CHARS = 1 << kernels.JOIN_POSITION_BITS
+_JOIN_MAX_TEXTS = 1 << kernels.JOIN_TEXT_BITS
 
 #: Counts and timings of the last fast-path call (diagnostics for benchmarks; not thread-safe).
 STATS: dict[str, float] = {}
