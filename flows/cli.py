@@ -1,20 +1,27 @@
 """The ``irforge`` command: run flows, see their status, look inside artifacts.
 
-Errors that are the user's to fix print one line (``error: ...``) and exit 1; anything
-else prints one line naming the exception and exits 2 (``IRFORGE_DEBUG=1`` shows the
-traceback).
+Exit status: 0 done; 2 an error that is the user's to fix (a bad config, input file or
+option: one line ``error: ...``, as click does for a bad option); 1 anything else (one
+line naming the exception: a bug or the environment); 128 + N when signal N ended it
+(143 for SIGTERM: the run's ``finally`` blocks and atexit handlers ran, child servers were
+stopped). ``--debug`` (or ``IRFORGE_DEBUG=1``) also prints the traceback; without it,
+Prefect's own traceback of a user error is not logged either. The console script is
+:func:`main` (``pyproject.toml``), which installs the SIGTERM handler.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import shutil
 import signal
 import sys
+import traceback
 from collections.abc import Callable
 from functools import wraps
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -24,6 +31,7 @@ import pyarrow.csv as pacsv
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from flows.registry import get_pipeline
 from irforge.artifacts import Artifact, ArtifactStore
@@ -52,6 +60,12 @@ ArtifactsOpt = Annotated[
     typer.Option("--artifacts", "-a", envvar="IRFORGE_ARTIFACTS", help="Artifact root.", show_default=True),
 ]
 DEFAULT_ARTIFACTS = Path("data/artifacts")
+USER_ERROR = 2
+INTERNAL_ERROR = 1
+
+
+def _debug() -> bool:
+    return bool(os.environ.get("IRFORGE_DEBUG"))
 
 
 def _one_line_errors(fn: F) -> F:
@@ -60,20 +74,58 @@ def _one_line_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except IrforgeError as e:
-            err.print(f"[red]error:[/] {' | '.join(str(e).splitlines())}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
+            _fail(e, " | ".join(str(e).splitlines()), USER_ERROR)
         except (typer.Exit, KeyboardInterrupt):
             raise
         except Exception as e:
-            if os.environ.get("IRFORGE_DEBUG"):
-                raise
-            err.print(
-                f"[red]error:[/] {type(e).__name__}: {e} (IRFORGE_DEBUG=1 shows the traceback)",
-                soft_wrap=True,
-            )
-            raise typer.Exit(2) from None
+            _fail(e, f"{type(e).__name__}: {e} (--debug shows the traceback)", INTERNAL_ERROR)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _fail(error: BaseException, message: str, code: int) -> None:
+    if _debug():
+        sys.stderr.write("".join(traceback.format_exception(error)))
+    err.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code) from None
+
+
+class _HideUserErrorTracebacks(logging.Filter):
+    """Drops Prefect's log records that carry an :class:`IrforgeError` (with its traceback):
+    the CLI prints that error as one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], IrforgeError))
+
+
+def _quiet_prefect_on_user_errors() -> None:
+    # The flow and task engines log a failure on these loggers (prefect/logging/logging.yml);
+    # a filter on a logger survives Prefect's re-configuration of its handlers.
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _HideUserErrorTracebacks) for f in logger.filters):
+            logger.addFilter(_HideUserErrorTracebacks())
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        out.print(f"irforge {package_version('irforge')}", highlight=False)
+        raise typer.Exit
+
+
+@app.callback()
+def _options(
+    _version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Print the traceback of an error (as IRFORGE_DEBUG=1 does).")
+    ] = False,
+) -> None:
+    """Build IR test collections as Prefect flows."""
+    if debug:
+        os.environ["IRFORGE_DEBUG"] = "1"
 
 
 def _setup_logging() -> None:
@@ -107,6 +159,8 @@ def run(
             pipeline.spec(name)
     from flows.run import FLOWS  # noqa: PLC0415 -- Prefect is slow to import: only `run` needs it
 
+    if not _debug():
+        _quiet_prefect_on_user_errors()
     result = FLOWS[flow](
         config=str(config) if config else None,
         artifacts=str(artifacts),
@@ -318,20 +372,35 @@ def report(
     out.print(str(write_report(artifacts.resolve(), flow, run_id)), highlight=False)
 
 
+class _Terminated(SystemExit):
+    """SystemExit raised by the SIGTERM handler."""
+
+
 def exit_on_sigterm() -> None:
     """Turn SIGTERM (``kill``, a scheduler's cancel) into SystemExit, as Ctrl-C is turned into
     KeyboardInterrupt: ``finally`` blocks and atexit handlers run, so the embedded LLM server
     a run started is stopped instead of being left orphaned."""
 
     def handler(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
+        raise _Terminated(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
 
 
 def main() -> None:
+    """The ``irforge`` console script (``pyproject.toml`` ``[project.scripts]``)."""
     exit_on_sigterm()
-    app()
+    try:
+        app()
+    except _Terminated as stop:
+        # The main thread has unwound (the run's finally blocks ran). A stage still running
+        # in Prefect's worker thread would hold the interpreter's exit until it finished:
+        # run the atexit handlers (they stop child servers) and leave now.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stop.code if isinstance(stop.code, int) else 128 + signal.SIGTERM)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,32 @@
 """Prefect wiring: each stage a task, the flow a DAG of them (DESIGN §3).
 
 Reuse is decided by the stage engine from content fingerprints, not by Prefect's cache
-(which would hash only this wrapper's source), so tasks run with ``NO_CACHE``.
+(which would hash only this wrapper's source), so tasks run with ``NO_CACHE``. What a
+person looks for in Prefect's UI is published there too: each stage's ``REUSED`` /
+``COMPUTED`` line in its task run's logs, and on the flow run a table of the stages and a
+link to the run report (https://docs.prefect.io/v3/concepts/artifacts).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-# Before Prefect is imported: no telemetry, and our logger's records reach Prefect's logs.
+# Before Prefect is imported: no telemetry.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
-os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "irforge")
 
 from prefect import flow, task
+from prefect.artifacts import create_link_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext, TaskRunContext
 from prefect.futures import PrefectFuture
+from prefect.logging.handlers import APILogHandler
 
 from flows.registry import get_pipeline
 from irforge.artifacts import ArtifactStore
@@ -32,6 +40,9 @@ from tasks.report.html import write_report
 
 log = logging.getLogger("irforge")
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+DEFAULT_ARTIFACTS = "data/artifacts"
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -40,6 +51,50 @@ class RunResult:
     record_path: Path
     outcomes: list[tuple[str, StageOutcome]]
     report_path: Path | None
+
+
+def artifact_root(artifacts: str | None) -> Path:
+    """Where a run writes: ``artifacts`` when given (relative: to the working directory);
+    else ``$IRFORGE_ARTIFACTS``, else ``data/artifacts``, a relative one taken from
+    ``$IRFORGE_HOME`` (the worker's checkout), else from this checkout."""
+    if artifacts:
+        return Path(artifacts).expanduser().resolve()
+    path = Path(os.environ.get("IRFORGE_ARTIFACTS") or DEFAULT_ARTIFACTS).expanduser()
+    home = Path(os.environ.get("IRFORGE_HOME") or CHECKOUT).expanduser()
+    return (path if path.is_absolute() else home / path).resolve()
+
+
+class _InRun(logging.Filter):
+    """Pass only records made inside a Prefect flow or task run (the API needs a run id)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return TaskRunContext.get() is not None or FlowRunContext.get() is not None
+
+
+@contextmanager
+def stage_lines_to_prefect() -> Iterator[None]:
+    """Send the ``irforge`` logger's records (INFO and up) to the current run's logs.
+
+    ``PREFECT_LOGGING_EXTRA_LOGGERS=irforge`` set from this module did not: a worker's
+    flow-run process imports Prefect, which reads that setting once, before it loads this
+    module; and the logger's level stayed NOTSET, so Prefect's WARNING root dropped every
+    ``COMPUTED`` line. Prefect's API handler tags each record with the run of the thread
+    that made it, so each stage's lines land in its own task run.
+    """
+    handler = APILogHandler(level=logging.INFO)
+    handler.addFilter(_InRun())
+    added = not any(isinstance(h, APILogHandler) for h in log.handlers)
+    if added:
+        log.addHandler(handler)
+    level = log.level
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        if added:
+            log.removeHandler(handler)
+        log.setLevel(level)
 
 
 @task(name="stage", cache_policy=NO_CACHE, persist_result=False)
@@ -60,25 +115,26 @@ def run_pipeline(flow_name: str, config: Path | None, artifacts: Path, selection
     steps = select_steps(pipeline, plans, selection, store)
     recorder = RunRecorder(store, flow_name, new_run_id(), config or pipeline.default_config)
     futures: dict[str, PrefectFuture[StageOutcome]] = {}
-    for step in steps:
-        waits = [futures[u] for u in step.plan.spec.upstream if u in futures]
-        futures[step.name] = stage_task.with_options(task_run_name=f"{flow_name}.{step.name}").submit(
-            step, store, flow_name, flow_config.execution, recorder, wait_for=waits, return_state=False
-        )
     outcomes: list[tuple[str, StageOutcome]] = []
     try:
-        for step in steps:
-            outcomes.append((step.name, futures[step.name].result()))
+        with stage_lines_to_prefect():
+            for step in steps:
+                waits = [futures[u] for u in step.plan.spec.upstream if u in futures]
+                futures[step.name] = stage_task.with_options(task_run_name=f"{flow_name}.{step.name}").submit(
+                    step, store, flow_name, flow_config.execution, recorder, wait_for=waits
+                )
+            for step in steps:
+                outcomes.append((step.name, futures[step.name].result()))
     except BaseException:
         recorder.finish("failed")
-        _report(store, flow_name, recorder.run_id)
+        _publish(flow_name, outcomes, recorder, _report(store, flow_name, recorder.run_id))
         raise
     finally:
         close_local_servers()  # the embedded LLM server lives as long as the run
     recorder.finish("completed")
-    return RunResult(
-        flow_name, recorder.run_id, recorder.path, outcomes, _report(store, flow_name, recorder.run_id)
-    )
+    report = _report(store, flow_name, recorder.run_id)
+    _publish(flow_name, outcomes, recorder, report)
+    return RunResult(flow_name, recorder.run_id, recorder.path, outcomes, report)
 
 
 def _report(store: ArtifactStore, flow_name: str, run_id: str) -> Path | None:
@@ -90,10 +146,57 @@ def _report(store: ArtifactStore, flow_name: str, run_id: str) -> Path | None:
         return None
 
 
+def stage_rows(outcomes: Sequence[tuple[str, StageOutcome]]) -> list[dict[str, Any]]:
+    """The run summary ``irforge run`` prints (irforge/summary.py), as plain table rows."""
+    rows = []
+    for name, outcome in outcomes:
+        m = outcome.manifest
+        counts = m["counts"]
+        then = " (then)" if outcome.state == "reused" else ""
+        reasons = sorted(counts["excluded_by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))
+        rows.append(
+            {
+                "stage": name,
+                "state": outcome.state,
+                "fingerprint": outcome.artifact.fingerprint,
+                "rows in": counts["rows_in"],
+                "kept": counts["rows_out"],
+                "excluded": counts["rows_excluded"],
+                "excluded by reason": ", ".join(f"{k} {v}" for k, v in reasons) or "-",
+                "time": f"{m['wall_s'] if then else outcome.wall_s:.2f}s{then}",
+                "cost": ", ".join(f"{k} {v:g}" for k, v in m.get("cost", {}).items()) + then
+                if m.get("cost")
+                else "-",
+            }
+        )
+    return rows
+
+
+def _publish(
+    flow_name: str, outcomes: Sequence[tuple[str, StageOutcome]], recorder: RunRecorder, report: Path | None
+) -> None:
+    """The stage table and the report's location as artifacts of the flow run (keys
+    ``<flow>-stages`` and ``<flow>-report``, so the UI keeps their history)."""
+    if FlowRunContext.get() is None:
+        return
+    create_table_artifact(
+        stage_rows(outcomes),
+        key=f"{flow_name}-stages",
+        description=f"irforge run {flow_name} {recorder.run_id}: stages reused or computed",
+    )
+    if report is not None:
+        create_link_artifact(
+            report.as_uri(),
+            link_text=str(report),
+            key=f"{flow_name}-report",
+            description=f"The run report, on the host that ran the flow. Run record: {recorder.path}",
+        )
+
+
 @flow(name="cure")
 def cure(
     config: str | None = None,
-    artifacts: str = "data/artifacts",
+    artifacts: str | None = None,
     from_stage: str | None = None,
     only: str | None = None,
     until: str | None = None,
@@ -101,16 +204,17 @@ def cure(
 ) -> RunResult:
     """CURE (papers 000/001): articles → passages → ... → a Hugging Face release.
 
-    Plain parameters, so a deployment (``infra/prefect.yaml``) can set them as JSON.
+    Plain parameters, so a deployment (``infra/prefect.yaml``) can set them as JSON;
+    ``artifacts`` left out: see :func:`artifact_root`.
     """
     selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
-    return run_pipeline("cure", Path(config) if config else None, Path(artifacts), selection)
+    return run_pipeline("cure", Path(config) if config else None, artifact_root(artifacts), selection)
 
 
 @flow(name="evidencebench")
 def evidencebench(
     config: str | None = None,
-    artifacts: str = "data/artifacts",
+    artifacts: str | None = None,
     from_stage: str | None = None,
     only: str | None = None,
     until: str | None = None,
@@ -118,7 +222,9 @@ def evidencebench(
 ) -> RunResult:
     """EvidenceBench (paper 002): reviews → evidence summaries → cited papers' sentence pools → refined summaries → hypotheses."""
     selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
-    return run_pipeline("evidencebench", Path(config) if config else None, Path(artifacts), selection)
+    return run_pipeline(
+        "evidencebench", Path(config) if config else None, artifact_root(artifacts), selection
+    )
 
 
 FLOWS = {"cure": cure, "evidencebench": evidencebench}

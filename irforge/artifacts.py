@@ -3,7 +3,10 @@
 An artifact directory holds ``part-NNNNN.parquet`` (the rows kept, at least one part even
 when empty so the schema is always readable), ``excluded.parquet`` (rows dropped, with a
 ``reason`` column) and ``manifest.json``. It becomes visible in one ``rename`` of a fully
-written sibling directory, so a reader either sees the whole artifact or nothing.
+written sibling directory, so a reader either sees the whole artifact or nothing. A forced
+rerun swaps the new directory with the old one in one step (:func:`exchange_dirs`), so a
+reader sees the old artifact or the new one, never none; the old one is deleted a few
+seconds later, so a reader that listed its parts just before the swap can still open them.
 
 Work in progress lives beside it in ``.work-<fingerprint>/`` (finished chunks of a long
 stage, kept across crashes) and ``.tmp-*`` directories (being assembled).
@@ -11,11 +14,18 @@ stage, kept across crashes) and ``.tmp-*`` directories (being assembled).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
+import errno
 import fcntl
+import functools
 import json
 import os
 import shutil
+import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +42,12 @@ MANIFEST = "manifest.json"
 FILES = "files"  # non-Parquet files published with an artifact (a search index)
 EXCLUDED = "excluded.parquet"
 PARQUET_COMPRESSION = "zstd"
+_REPLACE_WAIT_S = 1.0
+_OLD_VERSION_GRACE_S = 2.0
+# renameat2(2) flag (Linux >= 3.15) and renamex_np(2) flag (macOS >= 10.12): swap two paths.
+_RENAME_EXCHANGE = 2
+_RENAME_SWAP = 2
+_AT_FDCWD = -100
 
 
 @dataclass(frozen=True)
@@ -121,7 +137,16 @@ class ArtifactStore:
         path = self.stage_dir(flow, stage) / fingerprint
         # The manifest is written last inside the temporary directory, and the directory is
         # renamed into place only after that, so a final-named directory is always complete.
-        return Artifact(path) if (path / MANIFEST).is_file() else None
+        if (path / MANIFEST).is_file():
+            return Artifact(path)
+        # Where directories cannot be exchanged, a forced rerun leaves a short gap between
+        # renaming the old artifact away and the new one in: wait for the new one.
+        deadline = time.monotonic() + _REPLACE_WAIT_S
+        while _being_replaced(path) and time.monotonic() < deadline:
+            time.sleep(0.01)
+            if (path / MANIFEST).is_file():
+                return Artifact(path)
+        return None
 
     def get(self, flow: str, stage: str, fingerprint: str) -> Artifact:
         found = self.find(flow, stage, fingerprint)
@@ -148,16 +173,23 @@ class ArtifactStore:
                 shutil.rmtree(path, ignore_errors=True)
 
     def publish(self, tmp: Path, flow: str, stage: str, fingerprint: str) -> Artifact:
-        """Atomically make ``tmp`` the artifact; an existing one (a forced rerun) is replaced."""
+        """Atomically make ``tmp`` the artifact; an existing one (a forced rerun) is replaced.
+
+        The old version stays whole until the new one has taken its place: the two
+        directories are exchanged in one step, and the old one (now at ``tmp``) is deleted.
+        """
         final = self.stage_dir(flow, stage) / fingerprint
         _fsync_dir(tmp)
-        if final.exists():
+        if not final.exists():
+            tmp.rename(final)
+        elif exchange_dirs(tmp, final):
+            _fsync_dir(final.parent)
+            _remove_later(tmp)  # the old version; a killed run's copy goes with remove_leftovers
+        else:  # no atomic exchange on this filesystem: ``find`` waits out the gap
             trash = final.with_name(f".trash-{fingerprint}-{uuid.uuid4().hex[:8]}")
             final.rename(trash)
             tmp.rename(final)
             shutil.rmtree(trash, ignore_errors=True)
-        else:
-            tmp.rename(final)
         _fsync_dir(final.parent)
         return Artifact(final)
 
@@ -194,6 +226,71 @@ def write_parquet_atomic(path: Path, table: pa.Table) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     pq.write_table(table, tmp, compression=PARQUET_COMPRESSION)
     tmp.replace(path)
+
+
+_old_versions: set[Path] = set()
+_old_versions_lock = threading.Lock()
+
+
+def _remove_later(path: Path) -> None:
+    """Delete ``path`` after a grace period (or at exit, whichever comes first)."""
+    with _old_versions_lock:
+        _old_versions.add(path)
+    timer = threading.Timer(_OLD_VERSION_GRACE_S, _remove_now, (path,))
+    timer.daemon = True
+    timer.start()
+
+
+def _remove_now(path: Path) -> None:
+    with _old_versions_lock:
+        if path not in _old_versions:
+            return
+        _old_versions.discard(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@atexit.register
+def _remove_old_versions() -> None:
+    for path in list(_old_versions):
+        _remove_now(path)
+
+
+def _being_replaced(path: Path) -> bool:
+    """Whether ``path`` was renamed away moments ago (a rename sets the ctime), not by a
+    run killed long ago between the two renames."""
+    now = time.time()
+    for trash in path.parent.glob(f".trash-{path.name}-*"):
+        with contextlib.suppress(OSError):
+            if now - trash.stat().st_ctime < _REPLACE_WAIT_S:
+                return True
+    return False
+
+
+def exchange_dirs(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step; False where the system cannot.
+
+    Linux: ``renameat2(..., RENAME_EXCHANGE)`` (man 2 rename); macOS: ``renamex_np(...,
+    RENAME_SWAP)``. Filesystems without it answer EINVAL (or ENOSYS, ENOTSUP): then False,
+    nothing changed. Any other failure raises ``OSError``.
+    """
+    libc = _libc()
+    if sys.platform.startswith("linux") and hasattr(libc, "renameat2"):
+        result = libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    elif sys.platform == "darwin" and hasattr(libc, "renamex_np"):
+        result = libc.renamex_np(os.fsencode(a), os.fsencode(b), _RENAME_SWAP)
+    else:
+        return False
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, f"cannot exchange {a} and {b}: {os.strerror(code)}")
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -1,7 +1,9 @@
 """Typed flow configuration loaded from YAML.
 
 Every config model forbids unknown keys and is frozen; a bad file fails with one line
-per problem, each naming the key's dotted path (``stages.filter.min_words: ...``).
+per problem, each naming the key's dotted path (``stages.filter.min_words: ...``). Fields
+that only say how the work is reached or scheduled are declared
+``Transport[...]`` (:mod:`irforge.fingerprint`) and never enter a fingerprint.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from irforge.errors import ConfigError
+from irforge.fingerprint import Transport
 
 
 class StrictModel(BaseModel):
@@ -24,8 +27,10 @@ class StrictModel(BaseModel):
 class ExecutionConfig(StrictModel):
     """How work is scheduled. Never part of a fingerprint: it does not change results."""
 
-    chunk_rows: int = Field(2000, ge=1, description="Input rows per persisted chunk of a long stage.")
-    part_rows: int = Field(100_000, ge=1, description="Rows per Parquet part file of an artifact.")
+    chunk_rows: Transport[int] = Field(
+        2000, ge=1, description="Input rows per persisted chunk of a long stage."
+    )
+    part_rows: Transport[int] = Field(100_000, ge=1, description="Rows per Parquet part file of an artifact.")
 
 
 M = TypeVar("M", bound=BaseModel)

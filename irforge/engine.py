@@ -37,7 +37,7 @@ from irforge.artifacts import (
 )
 from irforge.config import ExecutionConfig
 from irforge.errors import AccountingError, IrforgeError
-from irforge.fingerprint import fingerprint
+from irforge.fingerprint import fingerprint, fingerprint_view
 from irforge.progress import NullProgress, Progress
 from irforge.stage import ChunkResult, StageContext, StageSpec, key_set
 
@@ -70,7 +70,7 @@ class StagePlan:
         return {
             "stage": self.spec.name,
             "version": self.spec.version,
-            "config": self.context.config.model_dump(mode="json"),
+            "config": fingerprint_view(self.context.config),  # without Transport fields
             "upstream": self.upstream_fingerprints,
             "inputs": self.inputs,
         }
@@ -121,16 +121,16 @@ def run_stage(
             shutil.rmtree(work)
         # A whole-input stage gets one chunk however large its input is.
         chunk_rows = _WHOLE if spec.whole_input else execution.chunk_rows
-        resumed = _prepare_work_dir(work, fp, chunk_rows)
         files = work / FILES
-        files.mkdir(exist_ok=True)
-        running = StagePlan(
-            spec,
-            replace(plan.context, files_dir=files, fingerprint=fp),
-            plan.upstream_fingerprints,
-            plan.inputs,
-        )
-        totals = _run_chunks(running, work, chunk_rows, progress or NullProgress())
+        try:
+            resumed = _prepare_work_dir(work, fp, chunk_rows)
+            files.mkdir(exist_ok=True)
+            context = replace(plan.context, files_dir=files, fingerprint=fp)
+            running = StagePlan(spec, context, plan.upstream_fingerprints, plan.inputs)
+            totals = _run_chunks(running, work, chunk_rows, progress or NullProgress())
+        except BaseException:
+            _drop_if_unfinished(work)
+            raise
         if resumed:
             log.warning("RESUMED %s/%s %s: %d finished chunk(s) kept", flow, spec.name, fp, resumed)
         tmp = store.new_tmp_dir(flow, spec.name, fp)
@@ -147,6 +147,9 @@ def run_stage(
             write_json_atomic(tmp / MANIFEST, _manifest(flow, plan, fp, material, totals, wall, resumed))
             artifact = store.publish(tmp, flow, spec.name, fp)
         except BaseException:
+            if (tmp / FILES).is_dir():  # back beside the finished chunks, for the resumed run
+                shutil.rmtree(files, ignore_errors=True)
+                (tmp / FILES).rename(files)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         shutil.rmtree(work, ignore_errors=True)
@@ -204,6 +207,13 @@ def _prepare_work_dir(work: Path, fp: str, chunk_rows: int) -> int:
     work.mkdir(parents=True)
     write_json_atomic(plan_file, {"fingerprint": fp, "chunk_rows": chunk_rows})
     return 0
+
+
+def _drop_if_unfinished(work: Path) -> None:
+    """Delete a work dir that holds no finished chunk (the stage failed before the first
+    one, e.g. on a config error); one with finished chunks is kept for the resumed run."""
+    if not any(work.glob("chunk-*.json")):
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _run_chunks(plan: StagePlan, work: Path, chunk_rows: int, progress: Progress) -> _Totals:

@@ -9,14 +9,18 @@ It serves 127.0.0.1 only, on an ephemeral port, from a thread; the fixture stops
 - ``POST /v2/translate`` accepts the JSON body the client sends (and the older form body);
   the "translation" is visibly fake and deterministic: ``"[FR] " + text`` (the target code
   in brackets), with glossary terms replaced by their target terms. ``billed_characters``
-  is the text's length in code points. Limits as documented: > 50 texts or a body over
-  128 KiB → 413; target ``EN`` → 400; ``less``/``more`` formality for a target without
+  is the text's length in code points. Limits as documented
+  (https://developers.deepl.com/docs/resources/usage-limits): a request whose *total* size
+  (request line, headers and body) is over 128 KiB → 413, as is one of > 50 texts (the
+  mock's 413 on big bodies is body-parser's; DeepL's own API counts the headers); target ``EN`` → 400; ``less``/``more`` formality for a target without
   formality → 400; unknown glossary → 404.
 - ``GET /v2/usage``; ``POST/GET /v3/glossaries``, ``GET/DELETE /v3/glossaries/{id}``,
   ``GET /v3/glossaries/{id}/entries``.
 - ``character_limit``: once used up, ``/v2/translate`` answers 456 (quota exceeded).
 - Fault injection: ``inject(fault, times, after=k)`` makes the next ``times`` requests to a
-  path (after ``k`` good ones) answer 429, 456, 500, 503, or drop the connection unanswered.
+  path (after ``k`` good ones) answer 413, 429, 456, 500, 503, drop the connection unanswered
+  (``"drop"``), or never answer (``"hang"``: the connection is held open until the server
+  stops or ``hang_s`` passes, like deepl-mock's ``mock-server-session-no-response-count``).
 - Every request is recorded (method, path, query, headers, parsed body, size, status).
 """
 
@@ -37,10 +41,10 @@ import pytest
 
 from tests.loopback import LoopbackServer, LoopbackService, QuietHandler
 
-Fault = Literal[429, 456, 500, 503, "drop"]
+Fault = Literal[413, 429, 456, 500, 503, "drop", "hang"]
 
 MAX_TEXTS = 50
-MAX_BODY_BYTES = 128 * 1024
+MAX_REQUEST_BYTES = 128 * 1024  # "Total request size", headers included
 TARGETS = {"EN-US", "EN-GB", "FR", "ES", "DE", "IT", "PT-PT", "PT-BR"}
 SOURCES = {"EN", "FR", "ES", "DE", "IT", "PT"}
 FORMALITY_TARGETS = {"FR", "ES", "DE", "IT", "PT-PT", "PT-BR"}
@@ -57,7 +61,8 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     body_bytes: int
-    status: int | None  # None: the connection was dropped without an answer
+    status: int | None  # None: the connection was dropped (or held) without an answer
+    request_bytes: int = 0  # request line + headers + body, as DeepL counts a request
 
     @property
     def texts(self) -> list[str]:
@@ -122,13 +127,16 @@ class FakeDeepL(LoopbackService):
         *,
         character_limit: int | None = None,
         max_texts: int = MAX_TEXTS,
-        max_body_bytes: int = MAX_BODY_BYTES,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+        hang_s: float = 30.0,
     ) -> None:
         self.auth_key = auth_key
         self.character_limit = character_limit
         self.character_count = 0
         self.max_texts = max_texts
-        self.max_body_bytes = max_body_bytes
+        self.max_request_bytes = max_request_bytes
+        self.hang_s = hang_s
+        self._released = threading.Event()  # set on stop: held ("hang") connections are let go
         self.glossaries: dict[str, _Glossary] = {}
         self._faults: list[_Fault] = []
         self._requests: list[RecordedRequest] = []
@@ -161,6 +169,10 @@ class FakeDeepL(LoopbackService):
     def clear(self) -> None:
         with self._lock:
             self._requests.clear()
+
+    def stop(self) -> None:
+        self._released.set()
+        super().stop()
 
     # -- request handling (called from the handler threads) ---------------------------
 
@@ -319,12 +331,16 @@ class _Handler(QuietHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         body = self._parse_body(raw, headers.get("content-type", ""))
 
+        size = len(self.requestline) + 2 + len(self.headers.as_bytes().replace(b"\n", b"\r\n")) + len(raw)
+
         def record(status: int | None) -> None:
-            fake._record(RecordedRequest(self.command, path, query, headers, body, len(raw), status))
+            fake._record(RecordedRequest(self.command, path, query, headers, body, len(raw), status, size))
 
         fault = fake._take_fault(path)
-        if fault == "drop":
+        if fault in ("drop", "hang"):
             record(None)
+            if fault == "hang":
+                fake._released.wait(fake.hang_s)
             self.close_connection = True
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -332,7 +348,7 @@ class _Handler(QuietHandler):
         try:
             if fault is not None:
                 raise _Reply(fault, {"message": f"injected fault {fault}"})
-            if length > fake.max_body_bytes:
+            if size > fake.max_request_bytes:
                 raise _Reply(413, {"message": "Request Entity Too Large"})
             status, payload = 200, fake._route(self.command, path, query, headers, body)
         except _Reply as reply:

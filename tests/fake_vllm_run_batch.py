@@ -7,8 +7,10 @@ Usage, like the real command plus a script::
 It reads the input file the way vLLM's batch runner does (one request per non-blank line:
 ``custom_id``, ``method`` POST, ``url`` ``/v1/chat/completions``, ``body`` with ``model``
 and ``messages``), and writes one output line per request in input order:
-``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}``. A
-malformed input line makes it exit with status 1 and a message on stderr (vLLM crashes the
+``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}``,
+streamed as each request ends, like vLLM's ``OrderedStreamingWriter``
+(vllm/entrypoints/openai/run_batch.py), so a run stopped part-way leaves the lines before.
+A malformed input line makes it exit with status 1 and a message on stderr (vLLM crashes the
 same way); a request for another model than ``--model`` gets vLLM's 404 error line. Other
 arguments are accepted; the process id and the arguments are printed on stdout
 (``pid: N``, ``argv: [...]``).
@@ -27,7 +29,9 @@ script back, so successive runs (the adapter's retry rounds) see successive acti
 
 An ACTION is one of ``{"content": TEXT}`` (answer TEXT), ``{"content": TEXT,
 "finish_reason": "length"}`` (a reply cut at max_tokens), ``{"error": MESSAGE,
-"status_code": 500}`` (an error line, body null) or ``{"missing": true}`` (no line at all).
+"status_code": 500}`` (an error line, body null), ``{"missing": true}`` (no line at all)
+or ``{"hang": true}`` (stop answering: the lines before it are written, then it sleeps
+until killed, as a stuck engine does).
 """
 
 from __future__ import annotations
@@ -95,6 +99,42 @@ def _check_request(request: Any) -> str | None:
     return None
 
 
+def _read_requests(path: Path) -> list[Any] | str:
+    """The input lines, or why vLLM would stop at one of them."""
+    requests = []
+    with path.open(encoding="utf-8") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            request = json.loads(raw)
+            problem = _check_request(request)
+            if problem is not None:
+                return f"ValidationError: input line {number}: {problem}"
+            requests.append(request)
+    return requests
+
+
+def _output_line(request: dict[str, Any], served: str, action: dict[str, Any]) -> dict[str, Any] | None:
+    custom_id, body = request["custom_id"], request["body"]
+    if body["model"] != served:
+        error = {
+            "error": {
+                "message": f"The model `{body['model']}` does not exist.",
+                "type": "NotFoundError",
+                "param": "model",
+                "code": 404,
+            }
+        }
+        return _line(custom_id, 404, None, error)
+    if action.get("missing"):
+        return None
+    if "error" in action:
+        return _line(custom_id, int(action.get("status_code", 500)), None, action["error"])
+    user = [m for m in body["messages"] if m.get("role") == "user"]
+    content = action.get("content", json.dumps({"echo": user[-1]["content"] if user else ""}))
+    return _reply(custom_id, body, content, action.get("finish_reason", "stop"))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fake-vllm-run-batch")
     parser.add_argument("-i", "--input-file", required=True)
@@ -115,48 +155,29 @@ def main(argv: list[str]) -> int:
     if script.get("exit_code"):
         return int(script["exit_code"])
 
+    requests = _read_requests(Path(args.input_file))
+    if isinstance(requests, str):
+        sys.stderr.write(requests + "\n")
+        return 1
     served = args.served_model_name or args.model
-    actions: dict[str, list[dict[str, Any]]] = script.get("actions", {})
-    out_lines: list[dict[str, Any]] = []
-    with Path(args.input_file).open(encoding="utf-8") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            request = json.loads(raw)
-            problem = _check_request(request)
-            if problem is not None:
-                sys.stderr.write(f"ValidationError: input line {number}: {problem}\n")
-                return 1
-            custom_id, body = request["custom_id"], request["body"]
-            if body["model"] != served:
-                error = {
-                    "error": {
-                        "message": f"The model `{body['model']}` does not exist.",
-                        "type": "NotFoundError",
-                        "param": "model",
-                        "code": 404,
-                    }
-                }
-                out_lines.append(_line(custom_id, 404, None, error))
-                continue
-            queue = actions.get(custom_id) or []
-            action = queue.pop(0) if queue else {}
-            if action.get("missing"):
-                continue
-            if "error" in action:
-                out_lines.append(_line(custom_id, int(action.get("status_code", 500)), None, action["error"]))
-                continue
-            user = [m for m in body["messages"] if m.get("role") == "user"]
-            content = action.get("content", json.dumps({"echo": user[-1]["content"] if user else ""}))
-            out_lines.append(_reply(custom_id, body, content, action.get("finish_reason", "stop")))
-
-    if script_path is not None:
+    queues: dict[str, list[dict[str, Any]]] = script.get("actions", {})
+    actions: list[dict[str, Any]] = []
+    for request in requests:
+        queue = queues.get(request["custom_id"]) or []
+        actions.append(queue.pop(0) if queue else {})
+    if script_path is not None:  # this run consumed its actions, even if it is killed below
         script_path.write_text(json.dumps(script), "utf-8")
-    with Path(args.output_file).open("w", encoding="utf-8") as fh:
-        for line in out_lines:
-            fh.write(json.dumps(line) + "\n")
     if extra:
         print(f"extra args: {json.dumps(extra)}", flush=True)
+    with Path(args.output_file).open("w", encoding="utf-8") as fh:
+        for request, action in zip(requests, actions, strict=True):
+            if action.get("hang"):
+                fh.flush()
+                time.sleep(3600)
+            line = _output_line(request, served, action)
+            if line is not None:
+                fh.write(json.dumps(line) + "\n")
+                fh.flush()
     return 0
 
 

@@ -3,14 +3,20 @@
 It serves 127.0.0.1 only, on an ephemeral port, from a thread; the fixture stops it.
 
 - Request: ``POST /score`` or ``/v1/score`` with ``{"model", <first field>, <second field>,
-  "use_activation"?, "truncate_prompt_tokens"?}``; the field pair is ``fields`` (default
+  "use_activation"?, "truncate_prompt_tokens"?}`` (vLLM's ``ScoreRequest``:
+  https://docs.vllm.ai/en/v0.13.0/api/vllm/entrypoints/pooling/score/protocol/); the field pair is ``fields`` (default
   ``queries``/``documents``, as current vLLM; set it to ``("data_1", "data_2")`` or
   ``("text_1", "text_2")`` to play an older server, which answers 400 to the other names as
   vLLM's request validation does). Each side is a string or a list of strings; lengths must be
   1:1, 1:N or N:N (vLLM's rule), else 400. An unknown model gets 404 with vLLM's wording.
+- Tokens are words (:data:`WORD`). As in vLLM, a pair longer than ``max_model_len`` tokens is
+  refused (400) unless the request truncates it: ``truncate_prompt_tokens`` k (an int >= -1;
+  -1 means ``max_model_len``; above ``max_model_len`` it is a 400) cuts the pair to k tokens
+  the way a tokenizer's ``longest_first`` truncation does (:func:`truncate_pair`), and the
+  score is computed on what is left.
 - Response: ``{"id", "object": "list", "created", "model", "data": [{"index", "object": "score",
   "score"}], "usage"}``. Scores are fake and deterministic, from :func:`fake_logit` (word overlap
-  of the query with the passage); like vLLM, the sigmoid of that logit is sent unless the
+  of the query with the passage, after truncation); like vLLM, the sigmoid of that logit is sent unless the
   request says ``"use_activation": false``. ``shuffle=True`` sends ``data`` in reverse order;
   ``mutate`` rewrites each response payload (to drop, duplicate or break items).
 - ``api_key``: when set, ``Authorization: Bearer <key>`` is checked and a wrong key gets 401
@@ -46,13 +52,25 @@ WORD = re.compile(r"\w+", re.UNICODE)
 DEFAULT_MODEL = "gte-multilingual-reranker-base"
 
 
-def fake_logit(query: str, passage: str) -> float:
+def fake_logit(query: str, passage: str, truncate: int | None = None) -> float:
     """``8 * overlap - 4``, where overlap is the share of the query's distinct lowercase words
-    that occur in the passage: -4 for no shared word, +4 when the passage has them all."""
-    q = set(WORD.findall(query.lower()))
-    p = set(WORD.findall(passage.lower()))
+    that occur in the passage: -4 for no shared word, +4 when the passage has them all. With
+    ``truncate``, on the words :func:`truncate_pair` keeps."""
+    q_words, p_words = truncate_pair(query, passage, truncate)
+    q, p = set(q_words), set(p_words)
     overlap = len(q & p) / len(q) if q else 0.0
     return 8.0 * overlap - 4.0
+
+
+def truncate_pair(query: str, passage: str, truncate: int | None) -> tuple[list[str], list[str]]:
+    """The pair's lowercase words, cut to ``truncate`` in all (None: uncut) the way Hugging Face
+    tokenizers' ``longest_first`` strategy does: one word at a time from the end of the longer
+    side (the passage on a tie)."""
+    q, p = WORD.findall(query.lower()), WORD.findall(passage.lower())
+    if truncate is not None:
+        while len(q) + len(p) > truncate:
+            (p if len(p) >= len(q) else q).pop()
+    return q, p
 
 
 def sigmoid(x: float) -> float:
@@ -105,6 +123,7 @@ class FakeScore(LoopbackService):
         retry_after: float | None = 0.001,
         stall_s: float = 1.0,
         hold_s: float = 0.0,
+        max_model_len: int = 512,
     ) -> None:
         self.models = models
         self.fields = fields
@@ -113,6 +132,7 @@ class FakeScore(LoopbackService):
         self.retry_after = retry_after
         self.stall_s = stall_s
         self.hold_s = hold_s
+        self.max_model_len = max_model_len
         self.mutate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.max_in_flight = 0
         self._in_flight = 0
@@ -203,14 +223,22 @@ class FakeScore(LoopbackService):
             raise _Reply(400, _error("Input lengths must be either 1:1, 1:N or N:N", "BadRequestError", 400))
         if len(queries) == 1:
             queries = queries * len(passages)
+        truncate = self._truncation(body.get("truncate_prompt_tokens"))
         activate = body.get("use_activation") is not False  # vLLM: activation on unless switched off
         items = []
+        tokens = 0
         for i, (q, p) in enumerate(zip(queries, passages, strict=True)):
-            logit = fake_logit(q, p)
+            kept = sum(map(len, truncate_pair(q, p, truncate)))
+            if kept > self.max_model_len:
+                raise _Reply(400, _error(
+                    f"This model's maximum context length is {self.max_model_len} tokens. However, you "
+                    f"requested {kept} tokens in the input for score. Please reduce the length of the input.",
+                    "BadRequestError", 400))  # fmt: skip
+            tokens += kept
+            logit = fake_logit(q, p, truncate)
             items.append({"index": i, "object": "score", "score": sigmoid(logit) if activate else logit})
         if self.shuffle:
             items.reverse()
-        tokens = sum(len(WORD.findall(q + " " + p)) for q, p in zip(queries, passages, strict=True))
         payload: dict[str, Any] = {
             "id": f"score-{len(self._requests)}",
             "object": "list",
@@ -220,6 +248,20 @@ class FakeScore(LoopbackService):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0},
         }
         return self.mutate(payload) if self.mutate is not None else payload
+
+    def _truncation(self, value: Any) -> int | None:
+        """vLLM's check of ``truncate_prompt_tokens`` (an int >= -1, -1: the model's length)."""
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < -1:
+            raise _Reply(400, _error(
+                f"1 validation error: truncate_prompt_tokens: Input should be an integer >= -1 (got {value!r})",
+                "BadRequestError", 400))  # fmt: skip
+        if value > self.max_model_len:
+            raise _Reply(400, _error(
+                f"truncate_prompt_tokens value ({value}) is greater than max_model_len ({self.max_model_len}). "
+                "Please, select a smaller truncation size.", "BadRequestError", 400))  # fmt: skip
+        return self.max_model_len if value == -1 else value
 
 
 class _Server(LoopbackServer):

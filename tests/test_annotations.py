@@ -172,3 +172,111 @@ def test_linking_prefers_exact_then_contained_then_fuzzy() -> None:
     fuzzy = link_passage("The quick brwn fox jumps over the lazy dog today.", candidates, 0.85)
     assert (fuzzy.passage_id, fuzzy.link) == ("a:1", "fuzzy") and 0.85 <= fuzzy.score < 1
     assert link_passage("Something else entirely, nothing alike.", candidates, 0.85).link == "unmatched"
+
+
+def _jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))  # NaN is written as NaN
+    return path
+
+
+def test_fields_of_the_wrong_type_are_excluded_never_turned_into_text(tmp_path: Path) -> None:
+    records = [
+        {**GOOD, "id": 1, "pmid": 12345},  # whole-number ids are fine
+        {**GOOD, "id": "t1", "passage": {"t": 1}},
+        {**GOOD, "id": "t2", "query": 42},
+        {**GOOD, "id": "t3", "query": float("nan")},
+        {**GOOD, "id": "t4", "domains": ["Dermatology", {"name": "x"}]},
+        {**GOOD, "id": "t5", "language": ["en"]},
+        {**GOOD, "id": "t6", "pmid": 1.5},
+    ]
+    out = _run(tmp_path, _jsonl(tmp_path / "export.jsonl", records))
+    art = out["annotations"].artifact
+    (kept,) = art.read().to_pylist()
+    assert (kept["record_id"], kept["pmid"]) == ("1", "12345")
+    excluded = {r["row"]: (r["reason"], r["detail"]) for r in art.excluded().to_pylist()}
+    assert excluded == {
+        2: ("wrong_type", "export.jsonl row 2: 'passage' is an object, not text"),
+        3: ("wrong_type", "export.jsonl row 3: 'query' is a number, not text"),
+        4: ("wrong_type", "export.jsonl row 4: 'query' is NaN, not text"),
+        5: ("wrong_type", "export.jsonl row 5: 'domains' holds an object, not text"),
+        6: ("wrong_type", "export.jsonl row 6: 'language' is a list, not text"),
+        7: ("wrong_type", "export.jsonl row 7: 'pmid' is a number, not text"),
+    }
+    m = out["annotations"].manifest["counts"]
+    assert m["units_in"] == m["units_kept"] + m["units_excluded"] == len(records)
+    assert all("{'t': 1}" not in str(v) for r in art.excluded().to_pylist() for v in r.values())
+
+
+def test_a_parquet_value_json_cannot_hold_is_a_wrong_type(tmp_path: Path) -> None:
+    path = tmp_path / "export.parquet"
+    rows = [GOOD, {**GOOD, "id": "b1"}]
+    table = pa.Table.from_pylist(rows).set_column(
+        list(GOOD).index("passage"), "passage", pa.array([CONCLUSION.encode(), b"bytes"], pa.binary())
+    )
+    pq.write_table(table, path)
+    excluded = _run(tmp_path, path)["annotations"].artifact.excluded().to_pylist()
+    assert [(r["row"], r["reason"], r["detail"]) for r in excluded] == [
+        (1, "wrong_type", "export.parquet row 1: 'passage' is bytes, not text"),
+        (2, "wrong_type", "export.parquet row 2: 'passage' is bytes, not text"),
+    ]
+
+
+def test_one_record_id_with_two_contents_excludes_both(tmp_path: Path) -> None:
+    other = "Is narrowband UVB enough for plaque psoriasis?"
+    records = [GOOD, {**GOOD, "query": other}, {**GOOD, "id": "r2"}, {**GOOD, "id": "r2"}]
+    out = _run(tmp_path, _jsonl(tmp_path / "export.jsonl", records))
+    art = out["annotations"].artifact
+    assert art.num_rows == 1 and art.read().column("record_key").to_pylist() == ["export.jsonl:3"]
+    excluded = {r["row"]: (r["reason"], r["detail"]) for r in art.excluded().to_pylist()}
+    assert excluded == {
+        1: (
+            "conflicting_duplicate",
+            "export.jsonl row 1: record id 'r1' is also at export.jsonl row 2, with a different query",
+        ),
+        2: (
+            "conflicting_duplicate",
+            "export.jsonl row 2: record id 'r1' is also at export.jsonl row 1, with a different query",
+        ),
+        4: ("duplicate_record", "export.jsonl row 4: same query and passage as export.jsonl:3"),
+    }
+    m = out["annotations"].manifest["counts"]
+    assert m["units_in"] == m["units_kept"] + m["units_excluded"] == len(records)
+
+
+def test_a_record_nested_too_deeply_is_quarantined(tmp_path: Path) -> None:
+    path = tmp_path / "export.jsonl"
+    deep = '{"a": ' * 5000 + "1" + "}" * 5000
+    nested = json.dumps({**GOOD, "id": "n1", "query": "Another question?", "meta": {"a": [[[[]]]]}})
+    path.write_text(json.dumps(GOOD) + "\n" + deep + "\n" + nested + "\n")
+    art = _run(tmp_path, path)["annotations"].artifact
+    excluded = [(r["row"], r["reason"], r["detail"]) for r in art.excluded().to_pylist()]
+    assert excluded == [(2, "malformed_record", "export.jsonl row 2: nested deeper than 64 levels")]
+    assert art.num_rows == 2  # a few levels of nesting are fine
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("export.jsonl", b"", "export.jsonl: empty file (0 bytes): no annotation records"),
+        ("export.csv", b"", "export.csv: empty file (0 bytes): no annotation records"),
+        ("export.csv", b"id,query,passage\r\n", "export.csv: no annotation records in the file"),
+        ("export.json", b"[]", "export.json: no annotation records in the file"),
+        (
+            "export.jsonl",
+            json.dumps(GOOD).encode() + b'\n{"query": "caf\xe9"}\n',
+            "export.jsonl line 2: not valid UTF-8 (byte 0xe9 at offset",
+        ),
+        ("export.jsonl", b"\x89PNG\r\n\x1a\n\x00\x00", "export.jsonl: binary content (NUL byte at offset 8)"),
+        ("export.json", b"[" * 100_000 + b"]" * 100_000, "export.json: JSON nested too deeply to read"),
+        ("export.csv", b'id,query\n1,"' + b"x" * 200_000 + b'"\n', "export.csv line 2: not readable as CSV"),
+        ("export.parquet", b"not parquet at all", "export.parquet: not readable as Parquet"),
+    ],
+)
+def test_an_unreadable_export_is_one_line_naming_the_file(
+    tmp_path: Path, name: str, content: bytes, message: str
+) -> None:
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ConfigError) as err:
+        _run(tmp_path, tmp_path / name)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)

@@ -315,3 +315,76 @@ def test_files_a_stage_writes_are_published_with_its_artifact(tmp_path: Path) ->
     assert len(seen) == 3 and len(set(seen)) == 1  # one folder for every chunk of the run
     assert (artifact.files / "ids.txt").read_text(encoding="utf-8").split() == [str(i) for i in range(25)]
     assert not any(p.name.startswith(".work") for p in artifact.path.parent.iterdir())
+
+
+def _run_failing_at(root: Path, chunk_index: int, error: Exception) -> None:
+    """Run a numbers stage (10-row chunks) whose ``chunk_index``-th chunk raises ``error``."""
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+
+    calls = iter(range(10**6))
+
+    def process(chunk: pa.Table, ctx: object) -> ChunkResult:
+        if next(calls) == chunk_index:
+            raise error
+        kept = chunk.append_column("value", chunk.column("id"))
+        return ChunkResult(kept, NUMBERS.excluded_schema.empty_table())
+
+    stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process})
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
+    cfg = config()
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
+    store = ArtifactStore(root)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, root), Selection(), store)
+    execute_step(step, store, "toy", cfg.execution)
+
+
+def test_a_config_error_leaves_no_work_dir(tmp_path: Path) -> None:
+    from irforge.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="base_url is required"):
+        _run_failing_at(tmp_path, 0, ConfigError("llm.base_url is required with engine: openai"))
+    stage_dir = tmp_path / "toy" / "numbers"
+    assert [p.name for p in stage_dir.iterdir() if not p.name.startswith(".lock-")] == []
+
+
+def test_a_failure_after_finished_chunks_keeps_them_for_the_resumed_run(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="went away"):
+        _run_failing_at(tmp_path, 3, RuntimeError("the server went away"))
+    (work,) = (tmp_path / "toy" / "numbers").glob(".work-*")
+    assert len(list(work.glob("chunk-*.json"))) == 3
+
+
+def test_files_survive_a_failed_publish_for_the_resumed_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+    from irforge.stage import StageContext
+
+    def process(chunk: pa.Table, ctx: StageContext[NumbersConfig]) -> ChunkResult:
+        assert ctx.files_dir is not None
+        (ctx.files_dir / f"chunk-{chunk.column('id')[0].as_py()}.txt").write_text("x")
+        return ChunkResult(
+            chunk.append_column("value", chunk.column("id")), NUMBERS.excluded_schema.empty_table()
+        )
+
+    stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process})
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
+    cfg = config(count=30)
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
+    store = ArtifactStore(tmp_path)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
+
+    def disk_full(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "publish", disk_full)
+        with pytest.raises(OSError, match="No space left"):
+            execute_step(step, store, "toy", cfg.execution)
+    outcome = execute_step(step, store, "toy", cfg.execution)
+    assert outcome.state == "resumed"
+    assert sorted(p.name for p in outcome.artifact.files.iterdir()) == [
+        "chunk-0.txt",
+        "chunk-10.txt",
+        "chunk-20.txt",
+    ]

@@ -2,15 +2,19 @@
 
 The cross-encoder is the real small builtin model; the LLM (judge and translator) is the
 OpenAI-protocol fake of tests/llm_server.py, which injects 429, 500, timeouts, invalid
-JSON, out-of-range scores and truncated replies on chosen passages.
+JSON, out-of-range scores and truncated replies on chosen passages. ``irforge release
+--push`` runs as the installed command against the fake Hub of tests/fake_hub.py.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +23,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from flows.cli import app
+from flows.cli import USER_ERROR, app
 from flows.registry import get_pipeline
 from irforge.artifacts import ArtifactStore
 from irforge.engine import StageOutcome
@@ -27,21 +31,38 @@ from irforge.pipeline import Selection, execute_step, select_steps
 from tasks.cure.judge import validate_judgement
 from tasks.cure.pool import PoolCutoff, pool_view
 from tasks.llm.port import ReplyInvalid
-from tests.conftest import REPO
+from tests.conftest import REPO, fake_key
+from tests.fake_hub import HUB_TOKEN, FakeHub
 from tests.llm_server import DEFAULT_MODEL, FakeChat, last_user_text
 
 DEMO = REPO / "flows" / "configs" / "cure.yaml"
 SECRET = "sk-irforge-test-7f3a9c"  # the LLM key: it must reach the server and nothing else
 
 
-def _answer(body: dict[str, Any]) -> dict[str, Any]:
+Given = dict[tuple[str, str], tuple[int, str]]
+"""(question, passage) as the judge prompt showed them -> (grade, explanation) the server gave."""
+
+
+def _question_and_passage(prompt: str) -> tuple[str, str]:
+    """The pair a judge prompt asks about (prompts/cure_judge.md ends with Question / Article title / Passage)."""
+    head, passage = prompt.rsplit("\n\nPassage: ", 1)
+    question = head.rsplit("Question: ", 1)[1].split("\n\nArticle title: ", 1)[0]
+    return question.strip(), passage.strip()
+
+
+def _answer(given: Given, body: dict[str, Any]) -> dict[str, Any]:
     text = last_user_text(body)
     schema = body.get("response_format", {}).get("json_schema", {}).get("schema", {})
     if "translation" in schema.get("properties", {}):
         return {"translation": "[translated] " + text.rsplit("\n", 1)[-1][:120]}
-    # A deterministic grade that depends on the passage, so labels differ between pairs.
-    grade = int(hashlib.sha256(text.encode()).hexdigest(), 16) % 3
-    return {"explanation": f"grade {grade} for this passage", "score": grade}
+    # A grade that depends on the pair, and an explanation naming the pair: a judgement stored
+    # under another pair (a swap) cannot match what the server gave for that pair.
+    pair = _question_and_passage(text)
+    digest = hashlib.sha256("\x00".join(pair).encode()).hexdigest()
+    grade = int(digest, 16) % 3
+    explanation = f"pair {digest[:16]}: grade {grade} for this passage"
+    assert given.setdefault(pair, (grade, explanation)) == (grade, explanation)
+    return {"explanation": explanation, "score": grade}
 
 
 def _config(server: FakeChat, root: Path) -> tuple[Path, ArtifactStore]:
@@ -81,7 +102,8 @@ def _run(path: Path, store: ArtifactStore, selection: Selection) -> dict[str, St
 def run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     os.environ.pop("DEEPL_AUTH_KEY", None)
     os.environ["IRFORGE_TEST_LLM_KEY"] = SECRET
-    with FakeChat(answer=_answer, slow_s=2.5) as server:
+    given: Given = {}
+    with FakeChat(answer=functools.partial(_answer, given), slow_s=2.5) as server:
         path, store = _config(server, tmp_path_factory.mktemp("fake-llm"))
         # Every fault the judge must survive, on judge requests only (a phrase of its template).
         # The first two kinds are retried by the client; out-of-range scores on 10 requests
@@ -92,7 +114,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Any:
         server.inject("out_of_range", 10, when=judge)
         outcomes = _run(path, store, Selection(until="evaluate"))
         config, _ = get_pipeline("cure").load(path)
-        yield {"outcomes": outcomes, "server": server, "config": config, "store": store, "path": path}
+        yield {
+            "outcomes": outcomes,
+            "server": server,
+            "config": config,
+            "store": store,
+            "path": path,
+            "given": given,
+        }
 
 
 def test_pool_scores_every_query_against_its_whole_domain(run: Any) -> None:
@@ -152,7 +181,23 @@ def test_every_pooled_pair_is_judged_or_quarantined_with_a_reason(run: Any) -> N
         zip(excluded.column("query_id").to_pylist(), excluded.column("passage_id").to_pylist(), strict=True)
     )
     assert got_kept | got_out == wanted and not got_kept & got_out
-    assert set(judged.column("score").to_pylist()) <= {0, 1, 2}
+    # Each stored grade (and explanation) is the one the server gave for that very pair.
+    # The judge shows the English text (else the original; tasks/cure/queries.py) and the passage.
+    originals = outcomes["annotations"].artifact.read(table="queries", columns=["query_id", "text"])
+    english = {r["query_id"]: r["text"] for r in originals.to_pylist()}
+    for r in outcomes["translate"].artifact.read(columns=["query_id", "language", "text"]).to_pylist():
+        if r["language"] == "en":
+            english[r["query_id"]] = r["text"]
+    passages = {
+        r["passage_id"]: r["text"]
+        for r in outcomes["corpus"].artifact.read(columns=["passage_id", "text"]).to_pylist()
+    }
+    given: Given = run["given"]
+    for row in judged.to_pylist():
+        pair = (english[row["query_id"]].strip(), passages[row["passage_id"]].strip())
+        assert pair in given, (row["query_id"], row["passage_id"])
+        assert (row["score"], row["explanation"]) == given[pair], (row["query_id"], row["passage_id"])
+    assert set(judged.column("score").to_pylist()) == {0, 1, 2}  # grades differ between pairs
     assert all(judged.column("explanation").to_pylist())
     assert set(judged.column("model").to_pylist()) == {DEFAULT_MODEL}
     # out-of-range scores on every try: quarantined with the raw reply, never a 0
@@ -262,7 +307,7 @@ def test_cli_release_calibrate_and_report(run: Any, tmp_path: Path) -> None:
     assert copied == sorted(f["path"] for f in outcomes["release"].artifact.read().to_pylist())
     assert (out / "README.md").read_text().startswith("---")
     again = CliRunner().invoke(app, ["release", "cure", "--out", str(out), *common])
-    assert again.exit_code == 1 and "not empty" in again.output
+    assert again.exit_code == USER_ERROR and "not empty" in again.output
 
     # Label the two best pairs of each query relevant and the rest not.
     pool = outcomes["pool"].artifact.read().to_pylist()
@@ -287,6 +332,43 @@ def test_cli_release_calibrate_and_report(run: Any, tmp_path: Path) -> None:
     assert (tmp_path / "calibration.png").stat().st_size > 10_000
     sweep = (tmp_path / "calibration.csv").read_text().splitlines()
     assert sweep[0].startswith('"threshold"') and len(sweep) == 102
+
+
+def _irforge(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The installed ``irforge`` console script (beside this interpreter), as a user runs it."""
+    command = Path(sys.executable).with_name("irforge")
+    return subprocess.run(
+        [str(command), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.mark.slow
+def test_cli_release_push_sends_the_release_to_the_hub_in_one_commit(run: Any) -> None:
+    release = run["outcomes"]["release"].artifact
+    folder = release.files / "release"
+    common = ["-c", str(run["path"]), "-a", str(run["store"].root)]
+    with FakeHub(HUB_TOKEN) as hub:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+        env |= {"HF_ENDPOINT": hub.url, "HF_TOKEN": HUB_TOKEN, "HF_HOME": str(run["store"].root / "hf")}
+        pushed = _irforge("release", "cure", "--push", "acme/cure-demo", "--private", *common, env=env)
+        assert pushed.returncode == 0, pushed.stderr
+        assert f"pushed to acme/cure-demo: {hub.url}/datasets/acme/cure-demo/commit/{1:040x}" in pushed.stdout
+        assert hub.private == {"acme/cure-demo": True}
+        assert len(hub.commits) == 1 and hub.commits[0]["branch"] == "main"
+        local = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+        assert hub.commits[0]["added"] == local  # the whole release, byte for byte, in one commit
+        assert {f["path"] for f in release.read().to_pylist()} | {"README.md"} == set(local)
+
+        # A token the Hub refuses (and echoes back in its error): one line, a user error, token masked.
+        wrong = fake_key("hf_", "refused cli token")
+        refused = _irforge(
+            "release", "cure", "--push", "acme/cure-demo", *common, env={**env, "HF_TOKEN": wrong}
+        )
+        assert refused.returncode == USER_ERROR and "HTTP 401" in refused.stdout + refused.stderr
+        assert "Traceback" not in refused.stderr and len(hub.commits) == 1
+    for result in (pushed, refused):
+        for token in (HUB_TOKEN, wrong):
+            assert token not in result.stdout + result.stderr
 
 
 def test_validate_judgement_accepts_only_the_schema() -> None:

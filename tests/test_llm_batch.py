@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 
+from irforge.config import validate_config
+from irforge.errors import ConfigError
+from tasks.llm.cache import ReplyCache, cached_chat
+from tasks.llm.config import LLMConfig, chat_model, describe
 from tasks.llm.port import (
     ChatFailure,
     ChatModel,
@@ -201,7 +205,13 @@ def test_faults_are_retried_in_a_second_round(tmp_path: Path) -> None:
     run_dir = only_run_dir(work)
     second = read_jsonl(run_dir / "round-2.input.jsonl")
     assert [line["custom_id"] for line in second] == ["err", "gone", "bad", "cut"]
-    assert {line["body"]["seed"] for line in second} == {8}  # seed + 1 on the second attempt
+    # A re-ask after an invalid reply takes seed + 1; a failed line is re-sent as it was.
+    assert {line["custom_id"]: line["body"]["seed"] for line in second} == {
+        "err": 7,
+        "gone": 7,
+        "bad": 8,
+        "cut": 8,
+    }
     assert not (run_dir / "round-3.input.jsonl").exists()
 
 
@@ -216,7 +226,9 @@ def test_failures_after_the_last_round_carry_reason_and_raw_text(tmp_path: Path)
         },
     )
     work = tmp_path / "work"
-    model = VLLMBatchChatModel(MODEL, work, command=fake_command(script), max_invalid_retries=1)
+    model = VLLMBatchChatModel(
+        MODEL, work, command=fake_command(script), max_attempts=2, max_invalid_retries=1
+    )
 
     outcomes = model.run([request(i, "text") for i in ["err", "gone", "bad", "cut", "fine"]], echo_value)
 
@@ -249,7 +261,7 @@ def test_no_retry_round_when_max_invalid_retries_is_zero(tmp_path: Path) -> None
 
 def test_unknown_model_is_a_request_failure_with_vllms_message(tmp_path: Path) -> None:
     model = VLLMBatchChatModel(
-        MODEL, tmp_path, command=fake_command(model="other-model"), max_invalid_retries=0
+        MODEL, tmp_path, command=fake_command(model="other-model"), max_attempts=1, max_invalid_retries=0
     )
     (outcome,) = model.run([request("a", "x")], echo_value)
     assert isinstance(outcome, ChatFailure) and outcome.reason == "request_failed"
@@ -339,3 +351,148 @@ def test_extra_args_reach_the_command_and_the_options_but_paths_do_not(tmp_path:
     assert str(work) not in json.dumps(options) and str(FAKE) not in json.dumps(options)
     stdout = (only_run_dir(work) / "round-1.stdout.log").read_text("utf-8")
     assert '"--hf-overrides", "{\\"architectures\\": [\\"X\\"]}"' in stdout  # braces passed unchanged
+
+
+# -- every LLMConfig setting of engine vllm-batch acts on the command or its files, or is refused --
+
+
+def batch_config(tmp_path: Path, script: Path | None = None, **settings: Any) -> LLMConfig:
+    command = fake_command(script)
+    return validate_config(
+        LLMConfig, {"engine": "vllm-batch", "model": MODEL, "batch_command": command, **settings}, "flow.yaml"
+    )
+
+
+def run_config(config: LLMConfig, work: Path, *requests: ChatRequest) -> list[ChatOutcome]:
+    model = chat_model(config, work, work)
+    assert isinstance(model, VLLMBatchChatModel)
+    model._keep_files = True  # inspect the batch files
+    return model.run(list(requests), echo_value)
+
+
+def rounds(work: Path) -> list[list[dict[str, Any]]]:
+    run_dir = next(p for p in work.iterdir() if p.name.startswith("run-"))
+    count = len(list(run_dir.glob("round-*.input.jsonl")))
+    return [read_jsonl(run_dir / f"round-{n}.input.jsonl") for n in range(1, count + 1)]
+
+
+def stdout_of(work: Path, round_no: int = 1) -> str:
+    run_dir = next(p for p in work.iterdir() if p.name.startswith("run-"))
+    return (run_dir / f"round-{round_no}.stdout.log").read_text("utf-8")
+
+
+@pytest.mark.parametrize(("max_attempts", "sent"), [(1, 1), (3, 3)])
+def test_config_max_attempts_reruns_failed_lines(tmp_path: Path, max_attempts: int, sent: int) -> None:
+    script = write_script(
+        tmp_path / "s.json", actions={"a": [{"error": "engine died", "status_code": 500}] * 5}
+    )
+    config = batch_config(tmp_path, script, max_attempts=max_attempts, max_invalid_retries=4)
+
+    (outcome,) = run_config(config, tmp_path / "w", request("a", "x"))
+
+    assert isinstance(outcome, ChatFailure) and outcome.reason == "request_failed"
+    assert outcome.attempts == sent and f"after {sent} attempt(s)" in outcome.detail
+    assert [[line["custom_id"] for line in r] for r in rounds(tmp_path / "w")] == [["a"]] * sent
+
+
+@pytest.mark.parametrize(("retries", "sent"), [(0, 1), (2, 3)])
+def test_config_max_invalid_retries_reasks_with_the_next_seed(
+    tmp_path: Path, retries: int, sent: int
+) -> None:
+    script = write_script(tmp_path / "s.json", actions={"a": [{"content": "junk"}] * 5})
+    config = batch_config(tmp_path, script, max_invalid_retries=retries)
+
+    (outcome,) = run_config(config, tmp_path / "w", request("a", "x"))
+
+    assert isinstance(outcome, ChatFailure) and outcome.reason == "invalid_reply"
+    assert [r[0]["body"]["seed"] for r in rounds(tmp_path / "w")] == [7 + n for n in range(sent)]
+
+
+@pytest.mark.parametrize(
+    ("mode", "sent"),
+    [
+        ("json_schema", {"response_format": {"type": "json_schema", "json_schema": {"name": "echo", "schema": SCHEMA, "strict": True}}}),
+        ("structured_outputs", {"structured_outputs": {"json": SCHEMA}}),
+        ("json_object", {"response_format": {"type": "json_object", "schema": SCHEMA}}),
+        ("none", {}),
+    ],
+)  # fmt: skip
+def test_config_structured_output_reaches_the_batch_file(
+    tmp_path: Path, mode: str, sent: dict[str, Any]
+) -> None:
+    run_config(batch_config(tmp_path, structured_output=mode), tmp_path / "w", request("a", "x"))
+
+    body = rounds(tmp_path / "w")[0][0]["body"]
+    assert {k: body[k] for k in ("response_format", "structured_outputs") if k in body} == sent
+
+
+def test_config_batch_extra_args_and_command_reach_the_command(tmp_path: Path) -> None:
+    extra = ["--dtype", "bfloat16", "--max-model-len", "8192"]
+    config = batch_config(tmp_path, batch_extra_args=extra)
+
+    run_config(config, tmp_path / "w", request("a", "x"))
+
+    stdout = stdout_of(tmp_path / "w")
+    assert f"extra args: {json.dumps(extra)}" in stdout
+    assert "pid: " in stdout  # the configured command ran (the default, vllm, is not installed here)
+    # Extra args change replies: fingerprinted (describe) and in the reply cache's key (options).
+    assert describe(config, tmp_path)["batch_extra_args"] == extra
+    assert chat_model(config, tmp_path, tmp_path).options()["extra_args"] == extra
+
+
+@pytest.mark.slow
+def test_config_timeout_stops_a_stuck_run_and_keeps_its_finished_lines(tmp_path: Path) -> None:
+    script = write_script(tmp_path / "s.json", actions={"c": [{"hang": True}]})
+    config = batch_config(tmp_path, script, timeout_s=1.5)
+    work = tmp_path / "w"
+    requests = [request("a", "one"), request("b", "two"), request("c", "three"), request("d", "four")]
+
+    with ReplyCache(tmp_path / "replies.sqlite") as cache:
+        model = chat_model(config, work, work)
+        with pytest.raises(ChatModelError, match=r"ran past 1\.5 s \(llm\.timeout_s\).*2 finished line"):
+            cached_chat(model, cache, requests, echo_value)
+        pid = int(stdout_of(work).split("pid: ")[1].split()[0])
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # the stuck process was stopped
+
+        # The two replies written before the hang were paid for: a rerun sends only the rest.
+        _, stats = cached_chat(chat_model(config, work, work), cache, requests, echo_value)
+    assert stats.hits == 2 and stats.sent == 2 and stats.replies == 2
+
+
+def test_a_crashed_run_keeps_its_finished_lines_too(tmp_path: Path) -> None:
+    crash = "import sys; open(sys.argv[2], 'w').write(sys.argv[3] + '\\n' + '{\"cut'); sys.exit(9)"
+    done = json.dumps({"id": "x", "custom_id": "a", "error": None, "response": {"status_code": 200, "request_id": "r", "body": {
+        "model": MODEL, "choices": [{"message": {"content": '{"echo": "one"}'}, "finish_reason": "stop"}]}}})  # fmt: skip
+    model = VLLMBatchChatModel(
+        MODEL, tmp_path, command=[sys.executable, "-c", crash, "{input}", "{output}", done]
+    )
+    seen: list[ChatOutcome] = []
+    with pytest.raises(ChatModelError, match=r"status 9 .*; 1 finished line\(s\) of its output are kept"):
+        model.run([request("a", "one"), request("b", "two")], echo_value, seen.append)
+    assert [(o.custom_id, o.text) for o in seen if isinstance(o, ChatReply)] == [("a", '{"echo": "one"}')]
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"max_concurrency": 4}, "max_concurrency"),
+        ({"requests_per_second": 2.0}, "requests_per_second"),
+        ({"base_url": "http://gpu:8000/v1"}, "base_url"),
+        ({"api_key_env": "MY_KEY"}, "api_key_env"),
+        ({"gguf": "model.gguf"}, "gguf"),
+        ({"n_ctx": 8192}, "n_ctx"),
+    ],
+)
+def test_settings_that_do_not_act_on_vllm_batch_are_refused(settings: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=rf"flow\.yaml: .*{key} does not apply to engine vllm-batch"):
+        validate_config(LLMConfig, {"engine": "vllm-batch", **settings}, "flow.yaml")
+
+
+def test_batch_settings_are_refused_by_the_other_engines() -> None:
+    for engine in ("openai", "llama-cpp"):
+        for key, value in (("batch_command", ["vllm"]), ("batch_extra_args", ["--dtype", "half"])):
+            with pytest.raises(ConfigError, match=f"{key} does not apply to engine {engine}"):
+                validate_config(LLMConfig, {"engine": engine, key: value}, "flow.yaml")
+        with pytest.raises(ConfigError, match="structured_outputs is vLLM's batch-file field"):
+            validate_config(LLMConfig, {"engine": engine, "structured_output": "structured_outputs"}, "f")

@@ -24,6 +24,7 @@ from tasks.release.card import (
 )
 from tasks.release.layout import write_release
 from tests.conftest import fake_key
+from tests.fake_hub import HUB_TOKEN, FakeHub
 
 DOMAINS = ("dermatology", "genetics")
 SPLITS = (*DOMAINS, "all")  # "all": datasets' keyword for the union of the domain splits
@@ -93,6 +94,10 @@ CARD = CardInfo(
 )
 
 
+# A query is released only with a text in every language: qd2 (no Spanish) is in no file.
+COMPLETE = {q for q, *_ in QUERY_ROWS if {lg for q2, _, lg, _ in QUERY_ROWS if q2 == q} == {"en", "es", "fr"}}
+
+
 def expected_rows(config: str, split: str) -> list[dict[str, Any]]:
     """What a config's split must hold, derived from the input rows independently of the writer;
     ``all`` is the domains' rows one domain after the other."""
@@ -106,10 +111,16 @@ def expected_rows(config: str, split: str) -> list[dict[str, Any]]:
         rows = [{"_id": p, "title": t, "text": x} for p, _, d, t, x in CORPUS_ROWS if keep(d)]
         return sorted(rows, key=lambda r: r["_id"])
     if config == "qrels":
-        qrels = [{"query-id": q, "corpus-id": p, "score": s} for q, p, d, s in QREL_ROWS if keep(d)]
+        qrels = [
+            {"query-id": q, "corpus-id": p, "score": s}
+            for q, p, d, s in QREL_ROWS
+            if keep(d) and q in COMPLETE
+        ]
         return sorted(qrels, key=lambda r: (r["query-id"], r["corpus-id"]))
     lang = config.removeprefix("queries-")
-    queries = [{"_id": q, "text": x} for q, d, lg, x in QUERY_ROWS if lg == lang and keep(d)]
+    queries = [
+        {"_id": q, "text": x} for q, d, lg, x in QUERY_ROWS if lg == lang and keep(d) and q in COMPLETE
+    ]
     return sorted(queries, key=lambda r: r["_id"])
 
 
@@ -154,38 +165,53 @@ def test_every_config_and_split_loads_with_datasets(tmp_path: Path, offline: Non
     assert qrels.features["score"].dtype == "int64"  # MTEB casts scores to int; never floats
 
 
-def test_missing_translation_is_an_omission_stated_in_the_card(tmp_path: Path) -> None:
+def test_a_query_missing_a_translation_is_left_out_of_every_file(tmp_path: Path) -> None:
     folder = tmp_path / "release"
-    _, omissions = write(folder)
+    _, omissions, dropped = write(folder)
     assert omissions == [Omission(domain="dermatology", query_id="qd2", language="es")]
-    es = (folder / "dermatology" / "queries-es.jsonl").read_text(encoding="utf-8")
-    assert "qd2" not in es and "qd1" in es
+    assert dropped == {}
+    for name in ("queries-en", "queries-es", "queries-fr", "qrels"):
+        text = (folder / "dermatology" / f"{name}.jsonl").read_text(encoding="utf-8")
+        assert "qd2" not in text and "qd1" in text, name
     card = (folder / "README.md").read_text(encoding="utf-8")
     assert "`qd2` (dermatology): no `es` text" in card
 
 
-def test_a_split_without_a_language_has_no_file_for_it(tmp_path: Path, offline: None) -> None:
+def test_a_domain_left_without_a_complete_query_has_no_split(tmp_path: Path, offline: None) -> None:
     import datasets
 
     folder = tmp_path / "release"
     queries = queries_table([r for r in QUERY_ROWS if not (r[1] == "genetics" and r[2] == "fr")])
-    files, omissions = write(folder, queries=queries)
-    assert ("queries-fr", "genetics") not in {(f.config, f.split) for f in files}
-    assert not (folder / "genetics" / "queries-fr.jsonl").exists()
+    files, omissions, dropped = write(folder, queries=queries)
+    assert {f.split for f in files} == {"dermatology"} and not (folder / "genetics").exists()
     assert Omission(domain="genetics", query_id="qg1", language="fr") in omissions
+    assert dropped == {
+        "genetics": "every judged query lacks a text in some language (see the left-out queries)"
+    }
     card = (folder / "README.md").read_text(encoding="utf-8")
-    fr = next(c for c in front_matter(card)["configs"] if c["config_name"] == "queries-fr")
-    assert [d["split"] for d in fr["data_files"]] == ["dermatology"]
-    assert "`queries-fr` has no `genetics` split" in card
+    assert all(
+        [d["split"] for d in c["data_files"]] == ["dermatology"] for c in front_matter(card)["configs"]
+    )
+    assert "- `genetics`: every judged query lacks a text" in card
     loaded = datasets.load_dataset(str(folder), "queries-fr", split="all", cache_dir=str(tmp_path / "cache"))
-    assert loaded["_id"] == ["qd1", "qd2"]
-    # Nothing of French at all: the config disappears from the card instead of listing no file.
-    queries = queries_table([r for r in QUERY_ROWS if r[2] != "fr"])
-    write_release(tmp_path / "no-fr", corpus_table(), queries, qrels_table(), CARD)
+    assert loaded["_id"] == ["qd1"]
+    # A release of two languages: no French config at all.
+    write_release(
+        tmp_path / "no-fr",
+        corpus_table(),
+        queries,
+        qrels_table(),
+        CARD.model_copy(update={"languages": ("en", "es")}),
+    )
     names = [
         c["config_name"] for c in front_matter((tmp_path / "no-fr" / "README.md").read_text())["configs"]
     ]
     assert names == ["corpus", "queries-en", "queries-es", "qrels"]
+    # Nothing complete anywhere: nothing to release, said in one line.
+    with pytest.raises(
+        ReleaseError, match=r"nothing to release: no domain has a judged query with a text in every"
+    ):
+        write(tmp_path / "none", queries=queries_table([r for r in QUERY_ROWS if r[2] != "fr"]))
 
 
 def test_two_writes_are_byte_identical_and_digests_match(tmp_path: Path) -> None:
@@ -237,6 +263,8 @@ def test_card_yaml_lists_every_file_and_the_statistics(tmp_path: Path) -> None:
     assert front["language"] == ["en", "es", "fr"]
     assert front["task_categories"] == ["text-retrieval"]
     assert front["pretty_name"] == "CURE mini"
+    defaults = [c["config_name"] for c in front["configs"] if c.get("default")]
+    assert defaults == ["corpus"]  # what load_dataset(repo) reads without a config name
     listed = {(c["config_name"], d["split"], d["path"]) for c in front["configs"] for d in c["data_files"]}
     written = {(f.config, f.split, f.path) for f in release.files}
     assert listed == written
@@ -244,12 +272,12 @@ def test_card_yaml_lists_every_file_and_the_statistics(tmp_path: Path) -> None:
     assert on_disk == {path for _, _, path in listed}
     features = {c["config_name"]: [f["name"] for f in c["features"]] for c in front["dataset_info"]}
     assert features["qrels"] == ["query-id", "corpus-id", "score"]
-    # Table 6 row of dermatology: 3 passages, 2 articles, 2 queries, 3 judgements (0:1, 1:1, 2:1),
-    # en "How to treat psoriasis plaques?" 5 and "acne drug" 2 -> 3.5; es only "¿Cómo tratar las
-    # placas de psoriasis?" -> 6.0; fr 7 and 3 -> 5.0; passages 5, 9 ("—" is a token) and 6 -> 6.7.
-    assert "| dermatology | 3 | 2 | 2 | 3 | 1 | 1 | 1 | 3.5 | 6.0 | 5.0 | 6.7 |" in card
-    # all: en 5, 2, 3 -> 3.3; es 6, 4 -> 5.0; fr 7, 3, 4 -> 4.7; passages 5, 9, 6, 6, 5 -> 6.2.
-    assert "| all | 5 | 4 | 3 | 5 | 2 | 1 | 2 | 3.3 | 5.0 | 4.7 | 6.2 |" in card
+    # Table 6 row of dermatology, without qd2 (no Spanish): 3 passages, 2 articles, 1 query,
+    # 2 judgements (0:1, 2:1), en "How to treat psoriasis plaques?" 5; es "¿Cómo tratar las
+    # placas de psoriasis?" 6; fr 7; passages 5, 9 ("—" is a token) and 6 -> 6.7.
+    assert "| dermatology | 3 | 2 | 1 | 2 | 1 | 0 | 1 | 5.0 | 6.0 | 7.0 | 6.7 |" in card
+    # all: en 5, 3 -> 4.0; es 6, 4 -> 5.0; fr 7, 4 -> 5.5; passages 5, 9, 6, 6, 5 -> 6.2.
+    assert "| all | 5 | 4 | 2 | 4 | 2 | 0 | 2 | 4.0 | 5.0 | 5.5 | 6.2 |" in card
     assert all(d["split"] != "all" for c in front["configs"] for d in c["data_files"])
     assert "relevance \\| judge" in card  # a pipe in a value does not break its table
     assert "threshold: 0.42" in card and "a" * 64 in card and "0123456789abcdef" in card
@@ -462,138 +490,6 @@ def test_card_info_is_validated() -> None:
 
 
 # ----------------------------------------------------------------------------- Hub push
-
-
-class FakeHub:
-    """A loopback server answering the Hub API calls push_release makes (huggingface_hub 2.x):
-    create repo, create branch, list files (tree), validate the card's YAML, preupload, commit (NDJSON). Files are kept
-    per branch; ``faults`` maps a path fragment to statuses answered before the real answer;
-    a wrong token gets 401 with the presented token echoed in the body, as a careless server might.
-    """
-
-    def __init__(self, token: str) -> None:
-        from tests.loopback import LoopbackServer, LoopbackService, QuietHandler
-
-        self.token = token
-        self.private: dict[str, bool] = {}
-        self.branches: dict[str, dict[str, dict[str, bytes]]] = {}  # repo -> branch -> path -> bytes
-        self.commits: list[dict[str, Any]] = []
-        self.requests: list[tuple[str, str]] = []
-        self.faults: dict[str, list[tuple[int, dict[str, str]]]] = {}
-        hub = self
-
-        class Handler(QuietHandler):
-            def _handle(self) -> None:
-                hub.answer(self)
-
-        class Service(LoopbackService):
-            thread_name = "fake-hub"
-
-        self.service = Service()
-        self.service._listen(LoopbackServer, Handler)
-
-    @property
-    def url(self) -> str:
-        return self.service.url
-
-    def __enter__(self) -> FakeHub:
-        self.service.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.service.stop()
-
-    def answer(self, request: Any) -> None:
-        import base64
-        import json
-        import re
-        import urllib.parse
-
-        length = int(request.headers.get("Content-Length") or 0)
-        body = request.rfile.read(length) if length else b""
-        path = urllib.parse.urlsplit(request.path).path
-        self.requests.append((request.command, path))
-        for fragment, statuses in self.faults.items():
-            if fragment in path and statuses:
-                status, headers = statuses.pop(0)
-                return self.send(request, status, {"error": "injected"}, headers)
-        if request.headers.get("Authorization") != f"Bearer {self.token}":
-            presented = request.headers.get("Authorization", "")
-            return self.send(
-                request, 401, {"error": f"Invalid credentials in Authorization header: {presented}"}
-            )
-        if path == "/api/validate-yaml":  # create_commit checks the card's front matter first
-            return self.send(request, 200, {})
-        if path == "/api/repos/create":
-            data = json.loads(body)
-            repo = f"{data['organization']}/{data['name']}" if data.get("organization") else data["name"]
-            if repo not in self.branches:
-                self.branches[repo] = {"main": {".gitattributes": b"*.jsonl filter=lfs\n"}}
-                self.private[repo] = data.get("visibility", "public") == "private" or bool(
-                    data.get("private")
-                )
-            return self.send(request, 200, {"url": f"{self.url}/datasets/{repo}", "name": repo})
-        match = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/(branch|tree|preupload|commit)/([^/]+)/?", path)
-        if not match or match[1] not in self.branches:
-            return self.send(request, 404, {"error": "Repository not found"})
-        repo, action, revision = match[1], match[2], urllib.parse.unquote(match[3])
-        branches = self.branches[repo]
-        if action == "branch":
-            branches.setdefault(revision, dict(branches["main"]))
-            return self.send(request, 200, {})
-        if revision not in branches:
-            return self.send(request, 404, {"error": "Revision not found"})
-        files = branches[revision]
-        if action == "tree":
-            entries = [
-                {"type": "file", "path": p, "size": len(b), "oid": "0" * 40} for p, b in sorted(files.items())
-            ]
-            return self.send(request, 200, entries)
-        if action == "preupload":
-            wanted = json.loads(body)["files"]
-            return self.send(
-                request,
-                200,
-                {
-                    "files": [
-                        {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in wanted
-                    ]
-                },
-            )
-        lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
-        header = next(line["value"] for line in lines if line["key"] == "header")
-        added = {
-            line["value"]["path"]: base64.b64decode(line["value"]["content"])
-            for line in lines
-            if line["key"] == "file"
-        }
-        deleted = [line["value"]["path"] for line in lines if line["key"] == "deletedFile"]
-        for p in deleted:
-            files.pop(p, None)
-        files.update(added)
-        oid = f"{len(self.commits) + 1:040x}"
-        self.commits.append(
-            {"branch": revision, "message": header["summary"], "added": added, "deleted": deleted}
-        )
-        return self.send(
-            request, 200, {"commitUrl": f"{self.url}/datasets/{repo}/commit/{oid}", "commitOid": oid}
-        )
-
-    @staticmethod
-    def send(request: Any, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        import json
-
-        data = json.dumps(payload).encode()
-        request.send_response(status)
-        request.send_header("Content-Type", "application/json")
-        request.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            request.send_header(name, value)
-        request.end_headers()
-        request.wfile.write(data)
-
-
-HUB_TOKEN = fake_key("hf_", "loopback hub")
 
 
 @pytest.fixture
@@ -811,3 +707,19 @@ def test_push_refuses_a_folder_that_is_not_a_release(tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text("hi")
     with pytest.raises(HubError, match=r"holds no <split>/<config>\.jsonl"):
         push_release(tmp_path, "me/x", token=None, private=True)
+
+
+def test_card_mteb_snippet_names_the_release_splits_and_languages() -> None:
+    from tasks.release.usage import mteb_snippet
+
+    full = mteb_snippet("me/cure", "v1.0", ["dermatology", "genetics"], ("en", "es", "fr"))
+    compile(full, "<card snippet>", "exec")  # valid Python
+    assert 'mteb.get_task("CUREv1")' in full
+    assert '"dataset": {"path": "me/cure", "revision": "v1.0"}' in full
+    assert "\"eval_splits\": ['dermatology', 'genetics', 'all']" in full and "eval_langs" not in full
+    # Without French, MTEB must not ask for queries-fr: the task's languages are narrowed too.
+    two = mteb_snippet("me/cure", "main", ["genetics"], ("en", "es"))
+    assert "\"eval_langs\": {'en': ['eng-Latn', 'eng-Latn'], 'es': ['spa-Latn', 'eng-Latn']}" in two
+    stats = split_statistics(corpus_table(), queries_table(), qrels_table())
+    card = render_card(CARD.model_copy(update={"revision": "v2"}), stats)
+    assert mteb_snippet(CARD.name, "v2", list(DOMAINS), ("en", "es", "fr")) in card

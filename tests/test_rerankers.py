@@ -23,6 +23,10 @@ import pytest
 import torch
 from sentence_transformers import CrossEncoder
 
+from irforge.config import validate_config
+from irforge.errors import ConfigError
+from tasks.cure import pool as pool_stage
+from tasks.cure.pool import PoolConfig, reranker_for
 from tasks.embed.local import model_files_digest
 from tasks.rerank.builtin import MINILM_CROSS_ENCODER, builtin_cross_encoder_path
 from tasks.rerank.local import CrossEncoderReranker
@@ -548,6 +552,74 @@ def test_remote_url_credentials_are_not_repeated(make: Make) -> None:
     with pytest.raises(RerankerUnavailable) as info:
         reranker.score(QUERIES[:1], PASSAGES[:1])
     assert "pa55word" not in str(info.value)
+
+
+# -- the pool stage's reranker config: every key acts or is refused (issue 14 §16) ------------
+
+
+@pytest.fixture
+def pool_reranker(score_server: FakeScore, tmp_path: Path) -> Iterator[Callable[..., Reranker]]:
+    """``pool_reranker(**reranker_config)``: what the pool stage builds from ``reranker:`` (engine vllm)."""
+
+    def build(**settings: Any) -> Reranker:
+        config = validate_config(
+            PoolConfig,
+            {
+                "reranker": {
+                    "engine": "vllm",
+                    "base_url": score_server.url,
+                    "model": DEFAULT_MODEL,
+                    **settings,
+                }
+            },
+            "pool config",
+        )
+        return reranker_for(config.reranker, tmp_path)
+
+    yield build
+    pool_stage._reranker.cache_clear()
+
+
+def test_pool_vllm_max_length_reaches_the_server_and_changes_scores(
+    score_server: FakeScore, pool_reranker: Callable[..., Reranker]
+) -> None:
+    # The query's words come at the end of a long passage: cut to 16 words, they are gone.
+    query = "holin proteins time the lysis"
+    passage = "Bacteriophage lambda " * 40 + "holin proteins time the lysis"
+    long_scores = pool_reranker(max_length=512).score([query], [passage])
+    short_scores = pool_reranker(max_length=16).score([query], [passage])
+    sent = [r.body["truncate_prompt_tokens"] for r in score_server.scored()]
+    assert sent == [512, 16]
+    assert long_scores.logit[0] == fake_logit(query, passage) == 4.0
+    assert short_scores.logit[0] == fake_logit(query, passage, 16) == -4.0
+    with pytest.raises(RerankerError, match="max_model_len"):  # over the server's --max-model-len
+        pool_reranker(max_length=1024).score([query], [passage])
+
+
+def test_pool_vllm_batch_size_is_pairs_per_request(
+    score_server: FakeScore, pool_reranker: Callable[..., Reranker]
+) -> None:
+    queries, passages = QUERIES * 2, PASSAGES * 2
+    for batch_size in (5, 3):
+        scored = pool_reranker(batch_size=batch_size).score(queries, passages)
+        np.testing.assert_allclose(scored.logit, expected_logits(queries, passages))
+    sizes = [len(r.side("queries")) for r in score_server.scored()]
+    assert sorted(sizes[:3], reverse=True) == [5, 5, 2] and sorted(sizes[3:]) == [3, 3, 3, 3]
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"engine": "vllm", "base_url": "http://gpu:8000", "device": "cuda"}, "device"),
+        ({"engine": "vllm", "base_url": "http://gpu:8000", "precision": "bfloat16"}, "precision"),
+        ({"engine": "vllm", "base_url": "http://gpu:8000", "trust_remote_code": True}, "trust_remote_code"),
+        ({"base_url": "http://gpu:8000"}, "base_url"),
+        ({"api_key_env": "MY_KEY"}, "api_key_env"),
+    ],
+)
+def test_pool_reranker_keys_that_cannot_act_are_refused(settings: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=rf"pool config: reranker: .*{key} does not apply to engine"):
+        validate_config(PoolConfig, {"reranker": settings}, "pool config")
 
 
 # -- conformance: the same behaviour from both adapters ---------------------------------------

@@ -2,12 +2,19 @@
 
 The adapter runs the real ``deepl`` client against ``tests/deepl_server.py`` (DeepL's
 protocol on loopback); what the client sent is read back from the server's records.
-Retries are set to 0 or 1: the library's backoff sleeps about 1 s before a first retry.
+Retries are set to 0 or 1: the backoff sleeps about 1 s before a first retry.
+
+DeepL's own mock server (``deepl-mock``, https://github.com/DeepLcom/deepl-mock) is not
+published on the npm registry (``npm view deepl-mock``: 404), so CI, which reaches only the
+registries, cannot install it; the fake follows its behaviour where ours depends on it
+(a held request that never answers: its ``no-response-count``; 413 for a request over the
+size limit, which DeepL's API counts with the headers).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +25,14 @@ import pytest
 
 from irforge.errors import ConfigError, IrforgeError
 from irforge.fingerprint import canonical_json
-from tasks.translate.deepl import MAX_REQUEST_BYTES, DeepLTranslator, json_size_of
+from tasks.translate.deepl import DEFAULT_REQUEST_BYTES, MAX_REQUEST_BYTES, DeepLTranslator, json_size_of
 from tasks.translate.port import (
     AuthorizationFailed,
     CacheStats,
     QuotaExceeded,
     RateLimited,
+    Refused,
+    RequestTooLarge,
     Translation,
     TranslationCache,
     TranslationError,
@@ -31,6 +40,7 @@ from tasks.translate.port import (
     TranslatorUnavailable,
     cache_key,
     cached_translate,
+    cached_translate_each,
     plan_batches,
 )
 from tests.deepl_server import FakeDeepL, deepl_server
@@ -148,31 +158,93 @@ def test_120_texts_make_three_requests(make: Make, deepl_server: Server) -> None
     assert sum(t.billed_characters for t in out) == sum(len(t) for t in texts) == server.character_count
 
 
-def test_long_texts_are_split_by_the_128_kib_body_limit(make: Make, deepl_server: Server) -> None:
+def test_long_texts_are_split_by_the_default_120_kib_body_limit(make: Make, deepl_server: Server) -> None:
     _, server = deepl_server
     # 5000 x "é" is 5000 characters but 30002 bytes in the JSON body (\u00e9 escapes).
     texts = [f"{i:02d}" + "é" * 5000 for i in range(20)]
     out = make().translate(texts, "fr", "es")
     assert [t.text for t in out] == [f"[ES] {t}" for t in texts]
-    assert all(r.status == 200 and r.body_bytes <= MAX_REQUEST_BYTES for r in server.requests)
-    assert [len(r.texts) for r in server.requests] == [4, 4, 4, 4, 4]  # a 5th text would pass 128 KiB
+    assert all(r.status == 200 and r.body_bytes <= DEFAULT_REQUEST_BYTES for r in server.requests)
+    assert [len(r.texts) for r in server.requests] == [4, 4, 4, 4, 4]  # a 5th text would pass 120 KiB
     assert [t for r in server.requests for t in r.texts] == texts
 
     # The adapter's size estimate is the body the client really sends, byte for byte.
     assert all(json_size_of(r.body) == r.body_bytes for r in server.requests)
 
-    server.clear()  # ASCII: 12 texts of 10 000 characters fit; 13 would eat the 1 KiB safety margin
+    server.clear()  # ASCII: 12 texts of 10 000 characters fit in 120 KiB, 13 do not
     texts = [f"{i:02d}" + "x" * 9998 for i in range(40)]
     make().translate(texts, "en", "fr")
     assert [len(r.texts) for r in server.requests] == [12, 12, 12, 4]
-    assert max(r.body_bytes for r in server.requests) <= MAX_REQUEST_BYTES
+    assert max(r.body_bytes for r in server.requests) <= DEFAULT_REQUEST_BYTES
+    assert max(r.request_bytes for r in server.requests) < 128 * 1024  # DeepL counts the headers too
+
+    server.clear()  # the limit is a setting: 8 KiB bodies carry 2 of these texts
+    texts = [f"{i:02d}" + "x" * 2998 for i in range(5)]
+    make(max_request_bytes=8 * 1024).translate(texts, "en", "fr")
+    assert [len(r.texts) for r in server.requests] == [2, 2, 1]
+    assert max(r.body_bytes for r in server.requests) <= 8 * 1024
 
 
 def test_a_text_over_the_limit_alone_is_refused_before_sending(make: Make, deepl_server: Server) -> None:
     _, server = deepl_server
-    with pytest.raises(TranslationError, match=r"text #1 .* split it"):
+    with pytest.raises(RequestTooLarge, match=r"text #1 .* split it"):
         make().translate(["short", "x" * (MAX_REQUEST_BYTES + 1)], "en", "fr")
     assert server.requests == []
+    with pytest.raises(ConfigError, match="headers too"):  # DeepL's 128 KiB is for the whole request
+        make(max_request_bytes=128 * 1024)
+    with pytest.raises(ConfigError, match="timeout_s"):
+        make(timeout_s=0)
+
+
+def test_a_413_chunk_is_halved_and_every_text_is_paid_once(tmp_path: Path) -> None:
+    # The server takes 20 000-byte requests, fewer than the adapter assumes (120 KiB): 413s.
+    texts = [f"{i:02d} " + "x" * 4995 for i in range(10)]
+    texts.insert(4, "big " + "y" * 25_000)  # over the server's limit even alone
+    with FakeDeepL(max_request_bytes=20_000) as server, TranslationCache(tmp_path / "c.sqlite") as cache:
+        translator = DeepLTranslator(server.auth_key, server_url=server.url, max_network_retries=0)
+        outcomes, stats = cached_translate_each(translator, cache, texts, "en", "fr")
+        paid = [t for r in server.translated() for t in r.texts]
+        assert sorted(paid) == sorted(texts[:4] + texts[5:])  # every text once; 413s are not paid
+        assert {r.status for r in server.requests} == {200, 413}
+        assert all(r.request_bytes <= 20_000 for r in server.translated())
+        big = outcomes[4]
+        assert isinstance(big, Refused) and big.reason == "too_large" and "HTTP 413" in big.detail
+        assert [o.text for o in outcomes if isinstance(o, Translation)] == [
+            f"[FR] {t}" for t in texts if t != texts[4]
+        ]
+        assert (stats.sent_texts, stats.refused, len(cache)) == (10, 1, 10)
+
+        server.clear()  # a rerun pays for nothing: the refused text is tried again, and refused again
+        again, stats = cached_translate_each(translator, cache, texts, "en", "fr")
+        assert again == outcomes and server.translated() == [] and stats.hits == 10
+        with pytest.raises(RequestTooLarge, match="text #4"):
+            cached_translate(translator, cache, texts, "en", "fr")
+        translator.close()
+
+
+@pytest.mark.slow
+def test_a_hung_server_fails_within_the_timeout(make: Make, deepl_server: Server) -> None:
+    _, server = deepl_server
+    server.inject("hang", 10)  # never answers, like deepl-mock's no-response sessions
+    settings = deepl.http_client.max_network_retries, deepl.http_client.min_connection_timeout
+    started = time.monotonic()
+    with pytest.raises(TranslatorUnavailable, match=r"timeout_s 1\.5 s") as info:
+        make(timeout_s=1.5, max_network_retries=5).translate(["a"], "en", "fr")
+    elapsed = time.monotonic() - started
+    assert 1.5 <= elapsed < 1.5 + 1.0, elapsed  # the client's own retries took ~70 s
+    assert "\n" not in str(info.value) and [r.status for r in server.requests] == [None]
+    assert (deepl.http_client.max_network_retries, deepl.http_client.min_connection_timeout) == settings
+
+
+@pytest.mark.slow
+def test_retries_stop_at_the_timeout(make: Make, deepl_server: Server) -> None:
+    _, server = deepl_server
+    server.inject(503, 10)
+    started = time.monotonic()
+    with pytest.raises(TranslatorUnavailable, match=r"HTTP 503 after 1 retry \(timeout_s 2 s"):
+        make(timeout_s=2.0, max_network_retries=5).translate(["a"], "en", "fr")
+    assert time.monotonic() - started < 2.0 + 0.5
+    assert [r.status for r in server.requests] == [503, 503]  # after ~1 s, 1.6 s more would pass 2 s
 
 
 def test_usage(make: Make) -> None:

@@ -1,18 +1,23 @@
-"""The translate stage against a local server speaking DeepL's protocol, with the real client."""
+"""The translate stage against a local server speaking DeepL's protocol, with the real client,
+and (``engine: auto`` without a key) against the OpenAI-protocol fake LLM of tests/llm_server.py."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from flows.registry import get_pipeline
+from irforge.config import validate_config
 from irforge.engine import StageOutcome
 from irforge.pipeline import Selection
 from tasks.translate.port import QuotaExceeded
 from tests.conftest import REPO, run_cure
 from tests.deepl_server import FakeDeepL, deepl_server
+from tests.llm_server import DEFAULT_MODEL, FakeChat, last_user_text
 
 __all__ = ["deepl_server"]  # the fixture, used by parameter name below
 
@@ -20,22 +25,36 @@ ARTICLE = REPO / "data" / "demo" / "articles" / "demo2_dermatology_psoriasis_nbu
 PASSAGE = "Narrowband ultraviolet B phototherapy is widely used for moderate plaque psoriasis."
 
 
-def _queries(n: int) -> list[dict[str, Any]]:
+DEEPL = {"formality": "prefer_more", "max_network_retries": 0}
+
+
+def _queries(n: int, texts: dict[int, str] | None = None) -> list[dict[str, Any]]:
     languages = ["en", "fr", "es"]
+    texts = texts or {}
     return [
-        {"id": f"r{i}", "query": f"Question number {i} about psoriasis phototherapy?", "language": languages[i % 3],
-         "domains": "Dermatology", "status": "validated", "passage": PASSAGE, "doi": "10.5555/irforge.demo.2"}
+        {"id": f"r{i}", "query": texts.get(i, f"Question number {i} about psoriasis phototherapy?"),
+         "language": languages[i % 3], "domains": "Dermatology", "status": "validated", "passage": PASSAGE,
+         "doi": "10.5555/irforge.demo.2"}
         for i in range(n)
     ]  # fmt: skip
 
 
-def _run(
-    tmp_path: Path, n: int, selection: Selection | None = None, chunk_rows: int = 500
-) -> dict[str, StageOutcome]:
+def _write_inputs(tmp_path: Path, n: int, texts: dict[int, str] | None = None) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir(exist_ok=True)
     (corpus / "a.xml").write_bytes(ARTICLE.read_bytes())
-    (tmp_path / "export.json").write_text(json.dumps(_queries(n)))
+    (tmp_path / "export.json").write_text(json.dumps(_queries(n, texts)))
+
+
+def _run(
+    tmp_path: Path,
+    n: int,
+    selection: Selection | None = None,
+    chunk_rows: int = 500,
+    translate: dict[str, Any] | None = None,
+    texts: dict[int, str] | None = None,
+) -> dict[str, StageOutcome]:
+    _write_inputs(tmp_path, n, texts)
     return run_cure(
         tmp_path / "artifacts",
         ["corpus"],
@@ -43,7 +62,7 @@ def _run(
         selection,
         chunk_rows=chunk_rows,
         annotations={"sources": ["export.json"]},
-        translate={"engine": "auto", "deepl": {"formality": "prefer_more", "max_network_retries": 0}},
+        translate=translate or {"engine": "auto", "deepl": DEEPL},
     )
 
 
@@ -116,11 +135,96 @@ def test_quota_stops_the_stage_and_a_rerun_pays_only_for_the_rest(
 
 
 def test_without_a_key_the_missing_languages_are_excluded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.delenv("DEEPL_AUTH_KEY", raising=False)
     out = _run(tmp_path, 3)
     art = out["translate"].artifact
     assert art.num_rows == 3 and all(r["original"] for r in art.read().to_pylist())
     assert art.excluded().column("reason").to_pylist() == ["no_translator"] * 6
-    assert art.manifest["material"]["inputs"] == {"engine": "none"}
+    assert art.manifest["material"]["inputs"] == {"engine": "auto", "deepl": {"glossary": None}}
+    (warning,) = [r for r in caplog.records if r.name == "irforge.translate"]
+    assert warning.levelno == logging.WARNING and "nothing is translated" in warning.getMessage()
+
+
+# -- engine auto: the switch to the LLM is said, and does not make the stage stale (issue 14 §15)
+
+
+def _translate_fingerprint(tmp_path: Path, translate: dict[str, Any]) -> str:
+    _write_inputs(tmp_path, 6)
+    pipeline = get_pipeline("cure")
+    data = {"stages": {"ingest": {"sources": ["corpus"]}, "annotations": {"sources": ["export.json"]},
+                       "translate": translate}}  # fmt: skip
+    plans = pipeline.plan(validate_config(pipeline.config_type, data, "test config"), tmp_path)
+    return plans["translate"].fingerprint
+
+
+def test_auto_without_a_key_keeps_the_fingerprint_and_says_which_engine_ran(
+    tmp_path: Path, deepl_env: FakeDeepL, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        return {"translation": "[llm] " + last_user_text(body).rsplit("\n", 1)[-1][:120]}
+
+    with FakeChat(answer=answer) as chat:
+        llm = {"engine": "openai", "base_url": chat.base_url, "model": DEFAULT_MODEL,
+               "sampling": {"max_tokens": 64}, "max_attempts": 1}  # fmt: skip
+        translate = {"engine": "auto", "deepl": DEEPL, "llm": llm}
+        with_key = _translate_fingerprint(tmp_path, translate)
+        first = _run(tmp_path, 6, translate=translate)["translate"]
+        assert first.state == "computed" and first.manifest["cost"]["translated_by_deepl"] == 12
+        assert "translated_by_llm" not in first.manifest["cost"]
+
+        monkeypatch.delenv("DEEPL_AUTH_KEY")
+        assert _translate_fingerprint(tmp_path, translate) == with_key
+        assert not [r for r in caplog.records if r.name == "irforge.translate"]
+        again = _run(tmp_path, 6, translate=translate)["translate"]
+        assert again.state == "reused" and again.artifact.path == first.artifact.path
+        assert chat.requests == []  # nothing was translated again, by no engine
+
+        forced = _run(tmp_path, 6, Selection(only="translate"), translate=translate)["translate"]
+        assert forced.state == "computed" and len(chat.requests) == 12
+    (warning,) = [r for r in caplog.records if r.name == "irforge.translate"]
+    assert (
+        warning.levelno == logging.WARNING
+        and "the LLM (translate.llm) translates instead" in warning.getMessage()
+    )
+    assert (
+        forced.manifest["cost"]["translated_by_llm"] == 12
+        and "translated_by_deepl" not in forced.manifest["cost"]
+    )
+    rows = [r for r in forced.artifact.read().to_pylist() if not r["original"]]
+    assert {r["engine"] for r in rows} == {"llm"} and all("[llm]" in r["text"] for r in rows), rows[0]
+
+
+def test_pinned_engines_are_other_configs(tmp_path: Path) -> None:
+    fingerprints = {
+        _translate_fingerprint(tmp_path, {"engine": engine, "deepl": DEEPL})
+        for engine in ("auto", "deepl", "none")
+    }
+    assert len(fingerprints) == 3
+
+
+# -- DeepL's request size from the stage config (issue 14 §14) --------------------------------
+
+
+def test_request_size_is_set_from_the_config_and_a_too_large_text_is_excluded(
+    tmp_path: Path, deepl_env: FakeDeepL
+) -> None:
+    # 12 queries of ~2 KB: 8 KB requests carry 3 or 4 of them; query r3 (English, 9 KB) fits none.
+    texts = {i: f"Question {i} " + " ".join(["about psoriasis phototherapy"] * 70) for i in range(12)}
+    texts[3] = "Question 3 " + "x" * 9000
+    out = _run(
+        tmp_path,
+        12,
+        texts=texts,
+        translate={"engine": "deepl", "deepl": {**DEEPL, "max_request_bytes": 8192}},
+    )
+    art = out["translate"].artifact
+    sent = deepl_env.requests_to("/v2/translate")
+    assert sent and all(r.status == 200 and r.body_bytes <= 8192 for r in sent)
+    assert max(len(r.texts) for r in sent) > 1  # batched, not one text a request
+    assert sorted(t for r in sent for t in r.texts) == sorted([t for i, t in texts.items() if i != 3] * 2)
+    excluded = art.excluded().to_pylist()
+    assert [(r["source_text"], r["reason"]) for r in excluded] == [(texts[3], "too_large")] * 2
+    assert "max_request_bytes" in excluded[0]["detail"] and art.num_rows == 12 * 3 - 2
+    assert out["translate"].manifest["cost"]["translated_by_deepl"] == 22

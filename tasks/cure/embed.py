@@ -27,6 +27,7 @@ from pydantic import Field
 
 from irforge.config import StrictModel
 from irforge.errors import ConfigError
+from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, exclusion_schema, upstream_source
 from tasks.embed.local import SentenceTransformerEncoder, builtin_model_path, model_files_digest
 from tasks.embed.port import Encoder
@@ -44,15 +45,17 @@ class EncoderConfig(StrictModel):
         description="Hub id, local path, or builtin:all-MiniLM-L6-v2 (shipped in a PyPI package; offline).",
     )
     revision: str | None = Field(None, description="Hub revision (commit) of the model.")
-    device: str | None = Field(None, description="cuda, cpu, ...; default: CUDA when present.")
-    batch_size: int = Field(64, ge=1)
+    device: Transport[str | None] = Field(None, description="cuda, cpu, ...; default: CUDA when present.")
+    batch_size: Transport[int] = Field(64, ge=1)
     query_prefix: str = Field(
         "", description="Instruction put before queries (BGE: a retrieval instruction)."
     )
     passage_prefix: str = ""
     max_seq_length: int | None = Field(None, ge=8)
-    base_url: str | None = Field(None, description="openai engine: server URL, e.g. http://gpu:8000/v1.")
-    api_key_env: str = Field(
+    base_url: Transport[str | None] = Field(
+        None, description="openai engine: server URL, e.g. http://gpu:8000/v1."
+    )
+    api_key_env: Transport[str] = Field(
         "OPENAI_API_KEY", description="openai engine: environment variable with the key."
     )
 

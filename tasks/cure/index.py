@@ -32,6 +32,7 @@ from pydantic import Field
 
 from irforge.artifacts import Artifact
 from irforge.config import StrictModel
+from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, exclusion_schema, upstream_source
 from tasks.search.elastic import ElasticsearchBackend
 from tasks.search.embedded import EmbeddedBackend
@@ -45,7 +46,7 @@ class IndexConfig(StrictModel):
         "hnsw", description="Elasticsearch dense_vector index_options.type, set explicitly."
     )
     shards: int = Field(1, ge=1, description="Elasticsearch: primary shards.")
-    batch_rows: int = Field(2000, ge=1, description="Passages sent per bulk batch.")
+    batch_rows: Transport[int] = Field(2000, ge=1, description="Passages sent per bulk batch.")
 
 
 SCHEMA = pa.schema(

@@ -15,8 +15,12 @@ Output columns (one row per article file taken in):
 - ``license`` (normalised, e.g. ``CC-BY-4.0``; ``unknown`` when the file says nothing we
   recognise), ``license_url``, ``license_known`` (False = kept but flagged)
 
-Excluded (``reason``): ``unreadable``, ``empty_file``, ``binary_content``, ``undecodable``,
-``unsupported_format``, ``too_large``, ``malformed_xml`` / ``not_jats`` /
+Excluded (``reason``): ``unreadable``, ``outside_source_root`` (a link out of the source
+folder; ``follow_links_outside`` takes it), ``dangling_link``, ``symlink_loop``,
+``not_a_regular_file`` (a folder, FIFO, ... with an article's name; see
+:mod:`tasks.text.discovery`), ``empty_file``, ``binary_content``, ``undecodable``,
+``unsupported_format``, ``too_large`` (the file, or one text node over the XML parser's
+limit), ``changed_since_discovery``, ``malformed_xml`` / ``not_jats`` /
 ``malformed_html`` (the metadata could not be read), ``duplicate_content`` (same bytes as
 an earlier file), ``duplicate_article`` (same article id as an earlier file; JATS wins
 over HTML, then the first path).
@@ -24,8 +28,6 @@ over HTML, then the first path).
 
 from __future__ import annotations
 
-import glob
-import os
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +35,9 @@ import pyarrow as pa
 from pydantic import Field
 
 from irforge.config import StrictModel
-from irforge.errors import ConfigError
-from irforge.fingerprint import digest_file
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
+from tasks.text.discovery import discover as discover_files
+from tasks.text.discovery import read_input, refusal
 from tasks.text.document import ArticleMeta, InputRejected
 from tasks.text.reading import read_metadata
 from tasks.text.sniff import sniff
@@ -51,6 +53,13 @@ class IngestConfig(StrictModel):
         description="File name endings taken from folders (not from globs).",
     )
     max_bytes: int = Field(50_000_000, ge=1, description="Larger files are excluded as too_large.")
+    # Not in the fingerprint itself: what it changes (the links' digests instead of
+    # outside_source_root) is in the stage's material.
+    follow_links_outside: bool = Field(
+        False,
+        exclude=True,
+        description="Take symbolic links whose target is outside the source folder (default: excluded).",
+    )
 
 
 SCHEMA = pa.schema(
@@ -84,58 +93,29 @@ _SOURCE_SCHEMA = pa.schema(
         pa.field("duplicate_of", pa.string()),
     ]
 )
-UNREADABLE = "unreadable:"
 
 
-def discover(config: IngestConfig, base_dir: Path) -> list[str]:
-    """Matching files as display paths (relative to ``base_dir`` when below it), sorted."""
-    found: set[Path] = set()
-    for index, pattern in enumerate(config.sources):
-        path = (base_dir / pattern).resolve() if not glob.has_magic(pattern) else None
-        if path is not None and path.is_dir():
-            matches = [
-                p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(config.extensions)
-            ]
-        elif path is not None and path.is_file():
-            matches = [path]
-        else:
-            # glob.glob, not Path.glob: patterns may be absolute or climb out with "..".
-            matches = [Path(p).resolve() for p in glob.glob(str(base_dir / pattern), recursive=True)]  # noqa: PTH207
-            matches = [p for p in matches if p.is_file()]
-        if not matches:
-            raise ConfigError(
-                f"stages.ingest.sources[{index}]: no such folder, or no file matches: {pattern!r} "
-                f"(resolved against {base_dir})"
-            )
-        found.update(matches)
-    return sorted(_display(p, base_dir) for p in found)
-
-
-def _display(path: Path, base_dir: Path) -> str:
-    # Relative even outside base_dir ("../../data/x.xml"): fingerprints and artifacts stay
-    # the same in every checkout of the same config.
-    return os.path.relpath(path, base_dir.resolve())
-
-
-def _digest(path: Path) -> str:
-    try:
-        return digest_file(path)
-    except OSError as err:
-        # Unreadable files still enter the fingerprint (so fixing them makes the stage
-        # stale) and are excluded with the OS's reason when processed.
-        return f"{UNREADABLE}{err.strerror}"
+def discover(config: IngestConfig, base_dir: Path) -> dict[str, str]:
+    """Display path (relative to ``base_dir``) → content digest, or ``reason:detail`` of a refusal."""
+    return discover_files(
+        config.sources,
+        config.extensions,
+        base_dir,
+        "stages.ingest.sources",
+        follow_links_outside=config.follow_links_outside,
+    )
 
 
 def inputs(ctx: StageContext[IngestConfig]) -> dict[str, Any]:
-    files = discover(ctx.config, ctx.base_dir)
-    return {"files": {f: _digest(ctx.base_dir / f) for f in files}}
+    # Refused files enter the fingerprint too, so fixing one makes the stage stale.
+    return {"files": discover(ctx.config, ctx.base_dir)}
 
 
 def source(ctx: StageContext[IngestConfig], material: dict[str, Any]) -> TableSource:
     first_with_digest: dict[str, str] = {}
     rows = []
     for path, digest in sorted(material["files"].items()):
-        duplicate_of = None if digest.startswith(UNREADABLE) else first_with_digest.setdefault(digest, path)
+        duplicate_of = None if refusal(digest) else first_with_digest.setdefault(digest, path)
         rows.append(
             {
                 "source_path": path,
@@ -155,16 +135,8 @@ def article_id(meta: ArticleMeta, digest: str) -> str:
 
 
 def _ingest_one(path: str, digest: str, ctx: StageContext[IngestConfig]) -> dict[str, Any]:
-    if digest.startswith(UNREADABLE):
-        raise InputRejected("unreadable", digest.removeprefix(UNREADABLE))
-    file = ctx.base_dir / path
-    size = file.stat().st_size
-    if size > ctx.config.max_bytes:
-        raise InputRejected("too_large", f"{size} bytes > max_bytes {ctx.config.max_bytes}")
-    try:
-        data = file.read_bytes()
-    except OSError as err:
-        raise InputRejected("unreadable", str(err.strerror)) from None
+    data = read_input(ctx.base_dir / path, digest, ctx.config.max_bytes)
+    size = len(data)
     sniffed = sniff(path, data)
     meta = read_metadata(data, sniffed)
     return {
@@ -200,7 +172,7 @@ def process(chunk: pa.Table, ctx: StageContext[IngestConfig]) -> ChunkResult:
         try:
             kept.append(_ingest_one(path, digest, ctx))
         except InputRejected as err:
-            excluded.append(_excluded(err.reason, err.detail, path, digest))
+            excluded.append(_excluded(err.reason, err.detail, path, None if refusal(digest) else digest))
     return ChunkResult(rows_to_table(kept, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA))
 
 

@@ -8,7 +8,10 @@ the source record (``responses.language[0].value`` for an Argilla v2 export), so
 export needs editing by hand.
 
 Every record is validated; an invalid one is excluded with its reason and the file and
-row it came from: ``malformed_record``, ``missing_query``, ``missing_passage``,
+row it came from: ``malformed_record``, ``wrong_type`` (a field that is not text: an
+object, a list, a number, NaN; ids may be whole numbers), ``conflicting_duplicate`` (one
+record id with different content: all its records, as which is right cannot be told),
+``missing_query``, ``missing_passage``,
 ``unknown_language``, ``missing_domain``, ``unknown_domain`` (outside ``domains``),
 ``unknown_expertise``, ``rejected`` / ``not_validated`` (status; detail carries the
 validator's feedback), ``duplicate_record`` (same query and same passage as an earlier
@@ -32,6 +35,7 @@ Side table ``queries`` (one per distinct query: same language and same normalise
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -43,7 +47,14 @@ from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from irforge.fingerprint import digest_bytes, digest_file
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.annotations.exports import ExportFormat, export_format, get_path, read_export
+from tasks.annotations.exports import (
+    NON_JSON,
+    ExportFormat,
+    export_format,
+    get_path,
+    json_default,
+    read_export,
+)
 from tasks.annotations.linking import ArticleIndex, ArticleRef, link_passage, normalise
 from tasks.annotations.vocab import CURE_DOMAINS, domain_key, language_code, split_list
 
@@ -158,7 +169,7 @@ def source(ctx: StageContext[AnnotationsConfig], _inputs: dict[str, Any]) -> Tab
                     "record_key": f"{rec.source_file}:{rec.row}",
                     "source_file": rec.source_file,
                     "row": rec.row,
-                    "record": json.dumps(rec.data, ensure_ascii=False, default=str)
+                    "record": json.dumps(rec.data, ensure_ascii=False, default=json_default)
                     if rec.data is not None
                     else None,
                     "error": rec.error,
@@ -173,14 +184,67 @@ class _Invalid(Exception):
         self.reason, self.detail = reason, detail
 
 
-def _text(record: dict[str, Any], path: str | None) -> str | None:
+def _kind(value: object) -> str:
+    if isinstance(value, dict) and set(value) == {NON_JSON}:
+        return str(value[NON_JSON])  # bytes, a date, ... (see exports.json_default)
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    names = {dict: "an object", list: "a list", bool: "a boolean", int: "a number", float: "a number"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _text(record: dict[str, Any], path: str | None, *, numbers: bool = False) -> str | None:
+    """The text at ``path``, whitespace-normalised; ``wrong_type`` for anything but a string
+    (or a whole number where ``numbers``: ids such as PMIDs are often exported as numbers)."""
     if path is None:
         return None
     value = get_path(record, path)
     if value is None:
         return None
-    text = " ".join(str(value).split())
-    return text or None
+    if numbers and type(value) is int:
+        value = str(value)
+    if not isinstance(value, str):
+        raise _Invalid("wrong_type", f"{path!r} is {_kind(value)}, not text")
+    return " ".join(value.split()) or None
+
+
+def _shown(record: dict[str, Any] | None, path: str) -> str | None:
+    """For an excluded row: the text at ``path`` when it is text."""
+    value = get_path(record, path) if record else None
+    return (" ".join(value.split()) or None) if isinstance(value, str) else None
+
+
+def _domains(record: dict[str, Any], path: str) -> list[str]:
+    value = get_path(record, path)
+    wrong = [
+        v for v in (value if isinstance(value, list) else [value]) if v is not None and not isinstance(v, str)
+    ]
+    if wrong:
+        raise _Invalid("wrong_type", f"{path!r} holds {_kind(wrong[0])}, not text")
+    return split_list(value)
+
+
+def _conflicts(rows: list[dict[str, Any]], config: AnnotationsConfig) -> dict[str, str]:
+    """record_key → why, for each record whose id another record with other content shares."""
+    by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    id_path = config.fields.record_id
+    for row in rows:
+        record = json.loads(row["record"]) if row["record"] is not None and id_path else None
+        record_id = get_path(record, id_path) if record and id_path else None
+        if isinstance(record_id, str | int) and not isinstance(record_id, bool):
+            by_id[str(record_id)].append({**row, "data": record})
+    out: dict[str, str] = {}
+    for record_id, same in by_id.items():
+        if len({r["record"] for r in same}) < 2:
+            continue  # identical copies: the later ones are duplicate_record
+        keys = sorted({k for r in same for k in r["data"]})
+        differ = [k for k in keys if len({json.dumps(r["data"].get(k), sort_keys=True) for r in same}) > 1]
+        for r in same:
+            others = ", ".join(f"{o['source_file']} row {o['row']}" for o in same if o is not r)
+            out[r["record_key"]] = (
+                f"record id {record_id!r} is also at {others}, with a different {', '.join(differ)}"
+            )
+    return out
 
 
 def _validate(record: dict[str, Any], config: AnnotationsConfig) -> dict[str, Any]:
@@ -196,7 +260,7 @@ def _validate(record: dict[str, Any], config: AnnotationsConfig) -> dict[str, An
         raise _Invalid(
             "unknown_language", f"language {raw_language!r} is not one of {list(config.languages)}"
         )
-    listed = split_list(get_path(record, f.domains))
+    listed = _domains(record, f.domains)
     if not listed:
         raise _Invalid("missing_domain", f"no discipline at {f.domains!r}")
     domains = [domain_key(d) for d in listed]
@@ -228,7 +292,7 @@ def _validate(record: dict[str, Any], config: AnnotationsConfig) -> dict[str, An
             url=_text(record, f.article_url),
             title=_text(record, f.article_title),
             doi=_text(record, f.doi),
-            pmid=_text(record, f.pmid),
+            pmid=_text(record, f.pmid, numbers=True),
             pmcid=_text(record, f.pmcid),
         ),
     }
@@ -248,13 +312,18 @@ def process(chunk: pa.Table, ctx: StageContext[AnnotationsConfig]) -> ChunkResul
     excluded: list[dict[str, Any]] = []
     queries: dict[str, dict[str, Any]] = {}
     seen: dict[tuple[str, str], str] = {}
-    for row in chunk.to_pylist():
+    rows = chunk.to_pylist()
+    conflicts = _conflicts(rows, config)
+    for row in rows:
         record = json.loads(row["record"]) if row["record"] is not None else None
         base = {"record_key": row["record_key"], "source_file": row["source_file"], "row": row["row"]}
         try:
             if record is None:
                 raise _Invalid("malformed_record", row["error"] or "unreadable record")
+            if row["record_key"] in conflicts:
+                raise _Invalid("conflicting_duplicate", conflicts[row["record_key"]])
             v = _validate(record, config)
+            record_id = _text(record, config.fields.record_id, numbers=True)
             qid = query_id(v["language"], v["query"])
             pair = (qid, normalise(v["passage"]))
             if pair in seen:
@@ -266,8 +335,8 @@ def process(chunk: pa.Table, ctx: StageContext[AnnotationsConfig]) -> ChunkResul
                     **base,
                     "reason": bad.reason,
                     "detail": f"{row['source_file']} row {row['row']}: {bad.detail}",
-                    "query": _text(record, config.fields.query) if record else None,
-                    "passage": _text(record, config.fields.passage) if record else None,
+                    "query": _shown(record, config.fields.query),
+                    "passage": _shown(record, config.fields.passage),
                 }
             )
             continue
@@ -290,7 +359,7 @@ def process(chunk: pa.Table, ctx: StageContext[AnnotationsConfig]) -> ChunkResul
         kept.append(
             {
                 **base,
-                "record_id": _text(record, config.fields.record_id),
+                "record_id": record_id,
                 "query_id": qid,
                 "passage": v["passage"],
                 "article_url": ref.url,

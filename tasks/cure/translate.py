@@ -7,8 +7,20 @@ adapter is DeepL through its official client (``DEEPL_AUTH_KEY``, optional
 prompt ``prompts/translate_query.md``) is the alternative and the offline default.
 ``engine: auto`` uses DeepL when a key is set, else the LLM when ``llm`` is configured,
 and otherwise translates nothing: the missing languages are then excluded as
-``no_translator`` (the run still completes and says so). The resolved engine and its options (formality,
-glossary digests, server kind — never the key) are part of the fingerprint.
+``no_translator`` (the run still completes and says so). A switch away from DeepL is a
+warning in the log, and the manifest's ``cost`` counts the texts each engine translated
+(``translated_by_deepl``, ``translated_by_llm``; the run report shows them).
+
+Fingerprint: the configured engine and what each engine it may use would compute (the
+``deepl`` options and glossary digests, the ``llm`` description and the prompt's digest),
+never which one the environment picked. Whether ``DEEPL_AUTH_KEY`` is set (and where
+``DEEPL_SERVER_URL`` points) is how the translations are reached, like a server URL, not
+the recipe: the config names the engines and their settings, and both outcomes of ``auto``
+are valid results of it. So a run without the key after a DeepL run reuses the DeepL
+translations (and everything downstream) instead of silently replacing them with the LLM's,
+and a run with the key after an LLM run keeps the LLM's until asked (``irforge run --only
+translate``; the request caches make that pay only for DeepL). Pinning one engine is
+``engine: deepl`` or ``engine: llm``, which are different configs and fingerprints.
 
 Every request goes through a SQLite cache under the artifact root's ``cache/`` folder,
 keyed by (text, source, target, engine, options) and committed batch by batch, so a
@@ -22,14 +34,17 @@ annotator's own text), ``source_language``, ``engine`` (``original`` | ``deepl``
 ``engine_options`` (JSON), ``billed_characters`` (what DeepL billed when this text was
 first paid for — a cached answer keeps it; the manifest's ``cost`` counts this run only),
 ``domain``.
-Excluded: ``no_translator``, ``translation_failed`` (the LLM's reply never validated). The manifest's ``cost`` has billed and sent characters,
-texts sent and cache hits.
+Excluded: ``no_translator``, ``translation_failed`` (the LLM's reply never validated),
+``too_large`` (a text DeepL refuses even alone: over ``deepl.max_request_bytes``, or HTTP
+413). The manifest's ``cost`` has billed and sent characters, texts sent, cache hits and the
+texts translated per engine.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -40,13 +55,17 @@ from pydantic import Field
 
 from irforge.config import StrictModel
 from irforge.errors import ConfigError, IrforgeError
+from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.llm.cache import ChatStats, ReplyCache
 from tasks.llm.config import LLMConfig, chat_model, describe
 from tasks.llm.port import ChatFailure
-from tasks.translate.deepl import DeepLTranslator
+from tasks.translate.deepl import DEFAULT_REQUEST_BYTES, DEFAULT_TIMEOUT_S, MAX_REQUEST_BYTES, DeepLTranslator
+from tasks.translate.deepl_glossary import glossary_digests, read_glossaries
 from tasks.translate.llm import DEFAULT_PROMPT, LLMTranslator
-from tasks.translate.port import CacheStats, TranslationCache, Translator, cached_translate
+from tasks.translate.port import CacheStats, Refused, TranslationCache, Translator, cached_translate_each
+
+log = logging.getLogger("irforge.translate")
 
 Engine = Literal["auto", "deepl", "llm", "none"]
 
@@ -61,8 +80,18 @@ class DeepLOptions(StrictModel):
         default_factory=dict,
         description='Language pair ("en-fr") → CSV of medical terms (source_term,target_term), relative to the config.',
     )
-    max_network_retries: int = Field(
-        5, ge=0, description="The client's own retries on 429 / 5xx / dropped connections."
+    max_network_retries: Transport[int] = Field(
+        5, ge=0, description="Retries of a request on 429 / 5xx / dropped or timed-out connections."
+    )
+    timeout_s: Transport[float] = Field(
+        DEFAULT_TIMEOUT_S, gt=0, description="Longest wait for one request, its retries included."
+    )
+    max_request_bytes: Transport[int] = Field(
+        DEFAULT_REQUEST_BYTES,
+        ge=4096,
+        le=MAX_REQUEST_BYTES,
+        description="Largest JSON body of one request (DeepL's 128 KiB limit counts the headers too); "
+        "a request DeepL still refuses (413) is halved.",
     )
 
 
@@ -134,26 +163,51 @@ def make_translator(config: TranslateConfig, base_dir: Path, work_dir: Path) -> 
         formality=options.formality,
         model_type=options.model_type,
         english_variant=options.english_variant,
-        glossaries={pair: base_dir / path for pair, path in options.glossaries.items()},
+        glossaries=_glossary_files(options, base_dir),
         max_network_retries=options.max_network_retries,
+        timeout_s=options.timeout_s,
+        max_request_bytes=options.max_request_bytes,
     )
 
 
+def _glossary_files(options: DeepLOptions, base_dir: Path) -> dict[str, Path]:
+    return {pair: base_dir / path for pair, path in options.glossaries.items()}
+
+
 def inputs(ctx: StageContext[TranslateConfig]) -> dict[str, Any]:
-    engine = resolved_engine(ctx.config)
-    if engine == "none":
-        return {"engine": "none"}
-    if engine == "llm":
-        # Described, not started: planning (``irforge status``) must not launch a model server.
+    """The configured engine and what each engine it may use would compute (module
+    docstring: never which one the environment picks). Described, not started: planning
+    (``irforge status``) needs no key and must not launch a model server."""
+    config = ctx.config
+    out: dict[str, Any] = {"engine": config.engine}
+    if config.engine in ("auto", "deepl"):
+        entries = read_glossaries(_glossary_files(config.deepl, ctx.base_dir))
+        out["deepl"] = {"glossary": glossary_digests(entries) or None}
+    if config.engine == "llm" or (config.engine == "auto" and config.llm is not None):
         prompt = hashlib.sha256(DEFAULT_PROMPT.read_bytes()).hexdigest()
-        return {
-            "engine": "llm",
-            "options": {"llm": describe(_llm_config(ctx.config), ctx.base_dir), "prompt_sha256": prompt},
-        }
-    translator = make_translator(ctx.config, ctx.base_dir, ctx.base_dir)
-    assert isinstance(translator, DeepLTranslator)
-    with translator:
-        return {"engine": translator.engine, "options": translator.options()}
+        out["llm"] = {"llm": describe(_llm_config(config), ctx.base_dir), "prompt_sha256": prompt}
+    return out
+
+
+_warned: set[tuple[Path | None, str]] = set()
+
+
+def _warn_switch(ctx: StageContext[TranslateConfig], engine: str) -> None:
+    """Say once per run (work folder) that ``engine: auto`` did not get DeepL."""
+    if ctx.config.engine != "auto" or engine == "deepl" or (ctx.files_dir, engine) in _warned:
+        return
+    _warned.add((ctx.files_dir, engine))
+    instead = (
+        "the LLM (translate.llm) translates instead"
+        if engine == "llm"
+        else "no translate.llm is configured either, so nothing is translated (excluded as no_translator)"
+    )
+    log.warning(
+        "translate: engine auto: DEEPL_AUTH_KEY is not set: %s; the fingerprint "
+        "stays the config's, so to translate with DeepL later set the key and run "
+        "`irforge run <flow> --only translate`",
+        instead,
+    )
 
 
 def source(ctx: StageContext[TranslateConfig], _inputs: dict[str, Any]) -> TableSource:
@@ -187,6 +241,8 @@ def process(chunk: pa.Table, ctx: StageContext[TranslateConfig]) -> ChunkResult:
     stats = CacheStats(0, 0, 0, 0)
     chat = ChatStats()
     work_dir = ctx.files_dir or ctx.base_dir
+    if by_pair:
+        _warn_switch(ctx, resolved_engine(ctx.config))
     translator = make_translator(ctx.config, ctx.base_dir, work_dir) if by_pair else None
     if by_pair and translator is None:
         for pair_rows in by_pair.values():
@@ -200,14 +256,7 @@ def process(chunk: pa.Table, ctx: StageContext[TranslateConfig]) -> ChunkResult:
             chat = _translate_with_llm(translator, by_pair, ctx.cache_dir, options, kept, excluded)
         else:
             assert isinstance(translator, DeepLTranslator)
-            with translator, TranslationCache(ctx.cache_dir / "translations.sqlite") as cache:
-                for (src, tgt), pair_rows in sorted(by_pair.items()):
-                    texts = [r["source_text"] for r in pair_rows]
-                    results, pair_stats = cached_translate(translator, cache, texts, src, tgt)
-                    stats += pair_stats
-                    for r, t in zip(pair_rows, results, strict=True):
-                        kept.append(_row(r, t.text, original=False, engine=translator.engine, options=options,
-                                         billed=t.billed_characters))  # fmt: skip
+            stats = _translate_with_deepl(translator, by_pair, ctx.cache_dir, options, kept, excluded)
     order = {(r["query_id"], r["language"]): i for i, r in enumerate(rows)}
     kept.sort(key=lambda r: order[(r["query_id"], r["language"])])
     cost = {
@@ -219,7 +268,38 @@ def process(chunk: pa.Table, ctx: StageContext[TranslateConfig]) -> ChunkResult:
         "prompt_tokens": chat.prompt_tokens,
         "completion_tokens": chat.completion_tokens,
     }
+    for row in kept:  # which engine translated what (auto may switch): summed over chunks
+        if not row["original"]:
+            cost[f"translated_by_{row['engine']}"] = cost.get(f"translated_by_{row['engine']}", 0) + 1
     return ChunkResult(rows_to_table(kept, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA), cost=cost)
+
+
+def _translate_with_deepl(
+    translator: DeepLTranslator,
+    by_pair: dict[tuple[str, str], list[dict[str, Any]]],
+    cache_dir: Path,
+    options: str,
+    kept: list[dict[str, Any]],
+    excluded: list[dict[str, Any]],
+) -> CacheStats:
+    """DeepL translations through the request cache, one cached chunk per request; a text
+    DeepL refuses even alone (too large) is excluded as ``too_large``."""
+    stats = CacheStats(0, 0, 0, 0)
+    max_texts, max_bytes = translator.chunk_limits
+    with translator, TranslationCache(cache_dir / "translations.sqlite") as cache:
+        for (src, tgt), pair_rows in sorted(by_pair.items()):
+            texts = [r["source_text"] for r in pair_rows]
+            outcomes, pair_stats = cached_translate_each(
+                translator, cache, texts, src, tgt, max_batch_texts=max_texts, max_batch_bytes=max_bytes
+            )
+            stats += pair_stats
+            for r, t in zip(pair_rows, outcomes, strict=True):
+                if isinstance(t, Refused):
+                    excluded.append({**_no_translator(r), "reason": t.reason, "detail": t.detail})
+                else:
+                    kept.append(_row(r, t.text, original=False, engine=translator.engine, options=options,
+                                     billed=t.billed_characters))  # fmt: skip
+    return stats
 
 
 def _translate_with_llm(

@@ -39,7 +39,7 @@ from pydantic import Field
 
 from irforge.config import StrictModel
 from irforge.errors import ConfigError, IrforgeError
-from irforge.fingerprint import digest_file
+from irforge.fingerprint import Transport, digest_file
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.embed.local import BUILTIN_MINILM, SentenceTransformerEncoder
 from tasks.evidence.baselines import (
@@ -71,7 +71,7 @@ class EvaluateConfig(StrictModel):
     embedding_prefix: Literal["both", "with", "without"] = Field(
         "both", description="Dense rows with the App. E.6 instruction prefix, without it, or both."
     )
-    device: str | None = Field(None, description="Embedding device (default: CUDA when present).")
+    device: Transport[str | None] = Field(None, description="Embedding device (default: CUDA when present).")
     llm: LLMConfig | None = Field(None, description="The LLM of the llm strategies and of negation.")
     llm_strategies: tuple[Strategy, ...] = ()
     max_regenerations: int = Field(3, ge=0)

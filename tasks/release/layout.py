@@ -17,10 +17,16 @@ CUREv1 task gets its ``all`` split; so there is no ``all/`` folder.
 Checks come first and stop the release with a :class:`ReleaseError` that names the row:
 missing columns or values, duplicate ids, a query with two domains, a language other than
 en/es/fr, a score outside 0/1/2, a judgement whose query or passage is not in its split,
-a domain without passages or judgements. A query with no text in a language is not an
-error: it has no row in that language's file, and the omission is returned and stated in the
-card; a split where no query has a text in a language gets no file for that language
-(``datasets`` cannot load an empty split) and the card's ``configs`` leave it out.
+a domain with queries or judgements but no passages.
+
+A release is complete by construction, so that MTEB's CUREv1 task can load every config of
+every split it has: a query is released only if it has a text in every language of
+``CardInfo.languages``. One without (a failed translation) is left out of **every**
+language's file and its judgements out of ``qrels``; it is returned as an
+:class:`~tasks.release.card.Omission` per missing language and listed in the card. A domain
+with passages but no judged complete query has no split at all (``datasets`` cannot load a
+split without rows): it is returned in ``dropped`` with the reason, and the card says so.
+Texts in a language the card does not release are ignored.
 
 Output is deterministic: rows sorted by id (qrels by query id, then passage id), one JSON
 object per line with a fixed key order and ``ensure_ascii=False``, UTF-8, ``\\n`` line ends;
@@ -41,6 +47,7 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tasks.release.card import (
     CORPUS,
@@ -80,11 +87,13 @@ class ReleaseFile:
 
 class Release(NamedTuple):
     """What :func:`write_release` wrote: the data files (split by split, configs in
-    :data:`~tasks.release.card.CONFIGS` order; ``README.md`` beside them is not listed) and
-    the queries left out of a language's file for want of a text in that language."""
+    :data:`~tasks.release.card.CONFIGS` order; ``README.md`` beside them is not listed), the
+    queries left out of every file for want of a text in a language, and the domains left
+    without a split (domain -> why)."""
 
     files: list[ReleaseFile]
     omissions: list[Omission]
+    dropped: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,8 @@ class _Checked:
     qrels: list[tuple[str, str, str, int]]  # (query_id, passage_id, domain, score), sorted
     splits: list[str]
     omissions: list[Omission]
+    dropped: dict[str, str]  # domain -> why it has no split
+    released: tuple[pa.Table, pa.Table, pa.Table]  # the input tables less what is left out
 
 
 def write_release(
@@ -113,9 +124,9 @@ def write_release(
     ignored. An existing ``folder`` is replaced only with ``overwrite=True`` and only if it
     holds nothing but a release's files (never a clone's ``.git``, say).
     """
-    checked = _check(corpus, queries, qrels)
-    stats = split_statistics(corpus, queries, qrels)
-    readme = render_card(card, stats, omissions=checked.omissions)
+    checked = _check(corpus, queries, qrels, card.languages)
+    stats = split_statistics(*checked.released)
+    readme = render_card(card, stats, omissions=checked.omissions, dropped=checked.dropped)
     folder = Path(folder)
     _check_target(folder, overwrite=overwrite)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -124,13 +135,16 @@ def write_release(
         partial.chmod(0o755)  # mkdtemp makes it private; a release is meant to be read
         for split in checked.splits:
             (partial / split).mkdir()
-        files = [_write_jsonl(partial, c, s, _records(checked, c, s)) for c, s in released_files(stats)]
+        files = [
+            _write_jsonl(partial, c, s, _records(checked, c, s))
+            for c, s in released_files(stats, card.languages)
+        ]
         (partial / CARD_FILE).write_text(readme, encoding="utf-8")
         _swap_in(partial, folder)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    return Release(files, checked.omissions)
+    return Release(files, checked.omissions, checked.dropped)
 
 
 def _records(checked: _Checked, config: str, split: str) -> Iterable[Sequence[Any]]:
@@ -197,7 +211,7 @@ def _swap_in(partial: Path, folder: Path) -> None:
 # ---------------------------------------------------------------------------------- checks
 
 
-def _check(corpus: pa.Table, queries: pa.Table, qrels: pa.Table) -> _Checked:
+def _check(corpus: pa.Table, queries: pa.Table, qrels: pa.Table, languages: Sequence[str]) -> _Checked:
     passages = _rows(corpus, "corpus", _CORPUS_COLUMNS, "passage_id")
     query_rows = _rows(queries, "queries", _QUERY_COLUMNS, "query_id")
     qrel_rows = _rows(qrels, "qrels", _QREL_COLUMNS, "query_id")
@@ -233,7 +247,8 @@ def _check(corpus: pa.Table, queries: pa.Table, qrels: pa.Table) -> _Checked:
             )
         if not q["text"].strip():
             raise ReleaseError(f"{where}: text is empty (leave the row out if the translation is missing)")
-        texts[qid, lang] = q["text"]
+        if lang in languages:
+            texts[qid, lang] = q["text"]
 
     judged: set[tuple[str, str]] = set()
     for i, r in enumerate(qrel_rows):
@@ -251,44 +266,77 @@ def _check(corpus: pa.Table, queries: pa.Table, qrels: pa.Table) -> _Checked:
             found = f"it is in {passage_domain[pid]!r}" if pid in passage_domain else "it is in no split"
             raise ReleaseError(f"{where}: passage {pid!r} is not in the {domain!r} corpus ({found})")
 
-    _check_splits_filled(splits, passage_domain, qrel_rows)
     omissions = sorted(
         Omission(domain, qid, lang)
         for qid, domain in query_domain.items()
-        for lang in LANGUAGES
+        for lang in languages
         if (qid, lang) not in texts
     )
+    incomplete = {o.query_id for o in omissions}
+    kept_qrels = [r for r in qrel_rows if r["query_id"] not in incomplete]
+    dropped = _empty_domains(splits, passage_domain, qrel_rows, kept_qrels)
+    splits = [s for s in splits if s not in dropped]
+    if not splits:
+        raise ReleaseError(
+            f"nothing to release: no domain has a judged query with a text in every language {list(languages)} "
+            f"({'; '.join(f'{d}: {why}' for d, why in sorted(dropped.items()))})"
+        )
+    kept = {qid for qid, domain in query_domain.items() if qid not in incomplete and domain not in dropped}
     return _Checked(
-        corpus=sorted((p["passage_id"], p["domain"], p["title"], p["text"]) for p in passages),
+        corpus=sorted(
+            (p["passage_id"], p["domain"], p["title"], p["text"]) for p in passages if p["domain"] in splits
+        ),
         queries={
             lang: sorted(
-                (qid, query_domain[qid], text) for (qid, code), text in texts.items() if code == lang
+                (qid, query_domain[qid], text)
+                for (qid, code), text in texts.items()
+                if code == lang and qid in kept
             )
-            for lang in LANGUAGES
+            for lang in languages
         },
-        qrels=sorted((r["query_id"], r["passage_id"], r["domain"], r["score"]) for r in qrel_rows),
+        qrels=sorted((r["query_id"], r["passage_id"], r["domain"], r["score"]) for r in kept_qrels),
         splits=splits,
         omissions=omissions,
+        dropped=dropped,
+        released=(
+            corpus.filter(pc.is_in(corpus.column("domain"), pa.array(splits, pa.string()))),
+            queries.filter(
+                pc.and_(
+                    pc.is_in(queries.column("query_id"), pa.array(sorted(kept), pa.string())),
+                    pc.is_in(queries.column("language"), pa.array(list(languages), pa.string())),
+                )
+            ),
+            qrels.filter(
+                pc.invert(pc.is_in(qrels.column("query_id"), pa.array(sorted(incomplete), pa.string())))
+            ),
+        ),
     )
 
 
-def _check_splits_filled(
+def _empty_domains(
     splits: list[str],
     passage_domain: Mapping[str, str],
     qrel_rows: list[dict[str, Any]],
-) -> None:
-    """Every domain needs passages and judgements (hence queries): a split without them is no
-    test collection, and ``datasets`` cannot load an empty split."""
+    kept_qrels: list[dict[str, Any]],
+) -> dict[str, str]:
+    """Domains without a judged complete query (domain -> why): they get no split, since
+    ``datasets`` cannot load an empty one. A domain with queries but no passages is an error."""
     counts: Counter[tuple[str, str]] = Counter()
     counts.update((d, CORPUS) for d in passage_domain.values())
     counts.update((r["domain"], QRELS) for r in qrel_rows)
+    counts.update((r["domain"], "kept") for r in kept_qrels)
+    dropped: dict[str, str] = {}
     for split in splits:
-        for config in (CORPUS, QRELS):
-            if not counts[split, config]:
-                raise ReleaseError(
-                    f"split {split!r} would have an empty {config} file: every domain needs passages and "
-                    "judgements (a domain named only by some queries is probably a typo)"
-                )
+        if not counts[split, CORPUS]:
+            raise ReleaseError(
+                f"split {split!r} would have an empty {CORPUS} file: every domain needs passages "
+                "(a domain named only by some queries is probably a typo)"
+            )
+        if not counts[split, QRELS]:
+            dropped[split] = "no judgements: none of its queries was judged"
+        elif not counts[split, "kept"]:
+            dropped[split] = "every judged query lacks a text in some language (see the left-out queries)"
+    return dropped
 
 
 def _rows(table: pa.Table, what: str, columns: Sequence[str], id_column: str) -> list[dict[str, Any]]:

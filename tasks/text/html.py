@@ -46,7 +46,13 @@ import lxml.html
 from lxml import etree
 
 from tasks.text.document import ArticleMeta, Block, BlockKind, InputRejected, ParsedArticle
-from tasks.text.jats import FORMULA_TOKEN, is_back_matter_title, normalise_doi, normalise_pmcid
+from tasks.text.jats import (
+    FORMULA_TOKEN,
+    LIBXML2_LIMITS,
+    is_back_matter_title,
+    normalise_doi,
+    normalise_pmcid,
+)
 from tasks.text.licences import normalise_licence
 
 # ISO 639-1 (and common 639-2) codes -> jusText stoplist names (justext.get_stoplists()).
@@ -149,10 +155,16 @@ def _load(data: bytes, encoding: str) -> tuple[str, Any]:
         raise InputRejected("undecodable", f"not valid {encoding}: {err}") from err
     # lxml refuses str input that carries an XML encoding declaration (XHTML pages).
     text = re.sub(r"^\s*<\?xml[^>]*\?>", "", text.lstrip("\ufeff"))
+    parser = lxml.html.HTMLParser()
     try:
-        return text, lxml.html.document_fromstring(text)
+        doc = lxml.html.document_fromstring(text, parser=parser)
     except (etree.LxmlError, ValueError) as err:
         raise InputRejected("malformed_html", str(err) or type(err).__name__) from err
+    # libxml2's HTML parser drops what is over its limits without raising.
+    limit = next((e for e in parser.error_log if e.type == etree.ErrorTypes.ERR_RESOURCE_LIMIT), None)
+    if limit is not None:
+        raise InputRejected("too_large", f"{limit.message.strip()} (libxml2's limits: {LIBXML2_LIMITS})")
+    return text, doc
 
 
 # --- text -----------------------------------------------------------------------------

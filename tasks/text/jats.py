@@ -101,6 +101,11 @@ _BACK_MATTER_SEC_TYPES = frozenset(
 )  # fmt: skip
 
 
+# Without XML_PARSE_HUGE (lxml's huge_tree, kept off against memory bombs), libxml2's
+# parserInternals.h: XML_MAX_TEXT_LENGTH, XML_MAX_NAME_LENGTH, xmlParserMaxDepth.
+LIBXML2_LIMITS = "10,000,000 bytes per text node, 50,000 per name, 256 levels of nesting"
+
+
 def parse_jats(data: bytes) -> ParsedArticle:
     """Metadata and text blocks of one JATS article; :class:`InputRejected` if it is not one."""
     parser = etree.XMLParser(
@@ -114,6 +119,8 @@ def parse_jats(data: bytes) -> ParsedArticle:
     try:
         root = etree.fromstring(data, parser)
     except etree.XMLSyntaxError as err:
+        if err.code == etree.ErrorTypes.ERR_RESOURCE_LIMIT:
+            raise InputRejected("too_large", f"{err.msg} (libxml2's limits: {LIBXML2_LIMITS})") from err
         raise InputRejected("malformed_xml", str(err)) from err
     article = _article(root)
     front = _child(article, "front")

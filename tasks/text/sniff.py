@@ -167,13 +167,14 @@ def _format(path: str, text: str) -> ArticleFormat:
 
 
 def _describe(root: str | None, rest: str, extension: str) -> str:
+    # Never the file's text: it lands in excluded.parquet, and the file may not be an article.
     if root:
-        return f"XML/markup whose root element is <{root}>, neither a JATS <article> nor an HTML page"
-    start = rest.lstrip()[:60].replace("\n", " ")
-    if start.startswith(("{", "[")):
+        return f"XML/markup whose root element is <{root[:64]}>, neither a JATS <article> nor an HTML page"
+    start = rest.lstrip()[:1]
+    if start in ("{", "["):
         kind = "JSON-like text"
-    elif start.startswith("<"):
+    elif start == "<":
         kind = "markup with no recognisable root element"
     else:
         kind = "plain text, not markup"
-    return f"{kind} (extension {extension or 'none'!r}), starts with {start!r}"
+    return f"{kind} (extension {extension or 'none'!r})"

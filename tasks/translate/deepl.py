@@ -3,28 +3,40 @@
 What it sends (``deepl`` 1.32.0): ``POST {server}/v2/translate`` with a JSON body
 ``{"target_lang", "source_lang", "formality"?, "glossary_id"?, "model_type"?, "text": [...],
 "show_billed_characters": true}`` and the header ``Authorization: DeepL-Auth-Key <key>``;
-glossaries through ``/v3/glossaries`` (multilingual API). The library retries 429, 5xx and
-dropped connections itself (exponential backoff from 1 s, ``deepl.http_client
-.max_network_retries`` times); what still fails is mapped onto the port's errors.
+glossaries through ``/v3/glossaries`` (multilingual API).
+
+Retries and time. The library's own retry loop (``deepl.http_client.max_network_retries``,
+each try waiting at least ``min_connection_timeout``, 10 s: ~70 s before a hung server
+fails) cannot be bounded in total, so it is switched off (0 retries) and each call is
+retried here on what the library would retry (429, 5xx, dropped or timed-out connections),
+with its backoff (1 s, x1.6, +-23 % jitter), at most ``max_network_retries`` times and
+never past ``timeout_s`` from the call's start: each try gets ``min_connection_timeout`` =
+the time left (the library waits at least ~1 s whatever it is set to). Both settings are
+process-wide module attributes of the library (its documented way to set them), so calls
+are serialised by a lock while they are set and in flight, and put back after each call.
 
 - ``source_lang`` is always explicit (``EN``/``FR``/``ES``): short queries are where
   auto-detection goes wrong, and a glossary needs it anyway.
 - English targets use a regional variant (``EN-US`` by default): DeepL rejects ``EN``.
-- Requests are cut to ≤ 50 texts and ≤ 128 KiB of body (DeepL's limits).
+- Requests are cut to ≤ 50 texts and ≤ ``max_request_bytes`` of JSON body (default 120 KiB:
+  DeepL's "total request size" limit, 128 KiB, counts the request line and headers too,
+  https://developers.deepl.com/docs/resources/usage-limits). A request DeepL still answers
+  with 413 is a :class:`~tasks.translate.port.RequestTooLarge`, as is a text over the limit
+  on its own (never sent): ``cached_translate_each`` halves the chunk, or records the text
+  as refused.
 - Empty texts are answered locally (``""``, 0 characters billed), never sent.
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
 import json
 import os
+import random
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import deepl
@@ -33,11 +45,12 @@ import deepl.util
 from deepl.api_data import MultilingualGlossaryDictionaryEntries
 
 from irforge.errors import ConfigError
-from irforge.fingerprint import canonical_json
+from tasks.translate.deepl_glossary import Glossaries, digest, glossary_digests, read_glossaries
 from tasks.translate.port import (
     AuthorizationFailed,
     QuotaExceeded,
     RateLimited,
+    RequestTooLarge,
     Translation,
     TranslationError,
     TranslatorUnavailable,
@@ -52,8 +65,15 @@ EnglishVariant = Literal["EN-US", "EN-GB"]
 _T = TypeVar("_T")
 
 MAX_TEXTS_PER_REQUEST = 50
-MAX_REQUEST_BYTES = 128 * 1024
+DEEPL_REQUEST_LIMIT = 128 * 1024
+"""DeepL's "total request size" (request line, headers and body)."""
+MAX_REQUEST_BYTES = DEEPL_REQUEST_LIMIT - 2 * 1024
+"""The largest ``max_request_bytes`` accepted: 2 KiB stay for the request line and headers."""
+DEFAULT_REQUEST_BYTES = 120 * 1024
+DEFAULT_TIMEOUT_S = 60.0
 _BODY_MARGIN = 1024  # room for fields a future client version might add to the body
+_BACKOFF_INITIAL_S, _BACKOFF_MULTIPLIER, _BACKOFF_JITTER = 1.0, 1.6, 0.23  # deepl.http_client._BackoffTimer
+_CLIENT_SETTINGS = threading.RLock()  # deepl.http_client's module settings are process-wide
 
 _SOURCE_CODES = {"en": "EN", "fr": "FR", "es": "ES"}
 _FORMALITIES = ("prefer_less", "prefer_more")
@@ -69,66 +89,9 @@ def _irforge_version() -> str:
         return "0"
 
 
-def _pair_name(pair: str | tuple[str, str]) -> tuple[str, str]:
-    if isinstance(pair, str):
-        parts = tuple(pair.replace("_", "-").split("-"))
-        if len(parts) != 2:
-            raise ConfigError(f"glossary pair {pair!r}: write it as 'source-target', e.g. 'en-fr'")
-        pair = (parts[0], parts[1])
-    source, target = pair[0].lower(), pair[1].lower()
-    try:
-        check_pair(source, target)
-    except TranslationError as err:
-        raise ConfigError(f"glossary pair {source}-{target}: {err}") from None
-    return source, target
-
-
-def read_glossary_csv(path: Path) -> dict[str, str]:
-    """Read a glossary CSV with the header ``source_term,target_term`` (UTF-8, BOM allowed).
-
-    Blank rows are skipped, terms stripped; a source term given twice with different
-    targets, a missing column or a term DeepL would refuse is a :class:`ConfigError`.
-    """
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as fh:
-            reader = csv.DictReader(fh)
-            columns = [c.strip() for c in reader.fieldnames or []]
-            if columns[:2] != ["source_term", "target_term"]:
-                raise ConfigError(
-                    f"glossary {path}: the first line must be 'source_term,target_term', found {','.join(columns)!r}"
-                )
-            reader.fieldnames = columns
-            entries: dict[str, str] = {}
-            for line, row in enumerate(reader, start=2):
-                src, tgt = (row.get("source_term") or "").strip(), (row.get("target_term") or "").strip()
-                if not src and not tgt:
-                    continue
-                try:
-                    deepl.util.validate_glossary_term(src)
-                    deepl.util.validate_glossary_term(tgt)
-                except ValueError as err:
-                    raise ConfigError(f"glossary {path} line {line}: {err}") from None
-                if entries.get(src, tgt) != tgt:
-                    raise ConfigError(
-                        f"glossary {path} line {line}: {src!r} is mapped to both {entries[src]!r} and {tgt!r}; keep one"
-                    )
-                entries[src] = tgt
-    except OSError as err:
-        raise ConfigError(f"glossary {path}: cannot read it ({err.strerror})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"glossary {path}: not UTF-8; save it as UTF-8 CSV") from None
-    if not entries:
-        raise ConfigError(f"glossary {path}: no entries; add rows or drop the file from the config")
-    return entries
-
-
 def json_size_of(value: Any) -> int:
     """Bytes of ``value`` as JSON the way ``requests`` encodes a ``json=`` body (ASCII escapes)."""
     return len(json.dumps(value))
-
-
-def _digest(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
 def _public_url(url: str) -> str:
@@ -147,9 +110,8 @@ class DeepLTranslator:
     on first use (or reused when one with the same content-derived name exists) and kept for
     the life of this object; its per-pair content digests are part of :meth:`options`.
 
-    ``max_network_retries`` sets ``deepl.http_client.max_network_retries`` (a process-wide
-    setting of the library; it is set again before each call, so the last caller's value is
-    the one in force).
+    ``max_network_retries`` and ``timeout_s`` bound each call (module docstring): at most
+    that many retries, and never more than ``timeout_s`` seconds in all.
     """
 
     engine: str = "deepl"
@@ -160,14 +122,15 @@ class DeepLTranslator:
         *,
         server_url: str | None = None,
         formality: Formality | None = None,
-        glossaries: Mapping[str, Path | str] | Mapping[tuple[str, str], Path | str] | None = None,
+        glossaries: Glossaries | None = None,
         model_type: ModelType | None = None,
         english_variant: EnglishVariant = "EN-US",
         max_network_retries: int = 5,
         reuse_glossary: bool = True,
         glossary_name_prefix: str = "irforge-medical",
         max_texts_per_request: int = MAX_TEXTS_PER_REQUEST,
-        max_request_bytes: int = MAX_REQUEST_BYTES,
+        max_request_bytes: int = DEFAULT_REQUEST_BYTES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         auth_key = (auth_key or "").strip()
         if not auth_key:
@@ -187,7 +150,12 @@ class DeepLTranslator:
         if not 1 <= max_texts_per_request <= MAX_TEXTS_PER_REQUEST:
             raise ConfigError(f"max_texts_per_request must be between 1 and {MAX_TEXTS_PER_REQUEST}")
         if not 4 * _BODY_MARGIN <= max_request_bytes <= MAX_REQUEST_BYTES:
-            raise ConfigError(f"max_request_bytes must be between {4 * _BODY_MARGIN} and {MAX_REQUEST_BYTES}")
+            raise ConfigError(
+                f"max_request_bytes must be between {4 * _BODY_MARGIN} and {MAX_REQUEST_BYTES}: DeepL's "
+                f"{DEEPL_REQUEST_LIMIT // 1024} KiB request limit counts the headers too"
+            )
+        if not timeout_s > 0:
+            raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
 
         self._secret = auth_key
         self._formality = formality
@@ -197,18 +165,13 @@ class DeepLTranslator:
         self._reuse_glossary = reuse_glossary
         self._max_texts = max_texts_per_request
         self._max_bytes = max_request_bytes
+        self._timeout_s = timeout_s
+        self._jitter = random.Random()
 
-        self._glossary_entries: dict[tuple[str, str], dict[str, str]] = {}
-        for pair, csv_path in (glossaries or {}).items():
-            key = _pair_name(pair)
-            if key in self._glossary_entries:
-                raise ConfigError(f"glossary pair {key[0]}-{key[1]} is given twice; keep one file")
-            self._glossary_entries[key] = read_glossary_csv(Path(csv_path))
-        self._glossary_digests = {
-            f"{s}-{t}": _digest(sorted(entries.items())) for (s, t), entries in self._glossary_entries.items()
-        }
+        self._glossary_entries = read_glossaries(glossaries)
+        self._glossary_digests = glossary_digests(self._glossary_entries)
         self._glossary_name = (
-            f"{glossary_name_prefix}-{_digest(self._glossary_digests)[:16]}"
+            f"{glossary_name_prefix}-{digest(self._glossary_digests)[:16]}"
             if self._glossary_entries
             else None
         )
@@ -221,7 +184,6 @@ class DeepLTranslator:
             self._server = {"kind": "free" if deepl.util.auth_key_is_free_account(auth_key) else "pro"}
         self._where = self._server.get("url", f"DeepL {self._server['kind']} API")
 
-        deepl.http_client.max_network_retries = self._retries
         self._client = deepl.DeepLClient(auth_key, server_url=server_url or None)
         self._client.set_app_info("irforge", _irforge_version())
 
@@ -236,6 +198,12 @@ class DeepLTranslator:
             )
         url = os.environ.get(_ENV_URL, "").strip() or None
         return cls(key, server_url=url, **kwargs)
+
+    @property
+    def chunk_limits(self) -> tuple[int, int]:
+        """(texts, bytes of JSON-encoded text) a chunk may have to go out as one request:
+        what ``cached_translate_each`` should be given, so that each paid request is cached."""
+        return self._max_texts, self._max_bytes - 2 * _BODY_MARGIN
 
     # -- the port ---------------------------------------------------------------------
 
@@ -277,9 +245,10 @@ class DeepLTranslator:
         sizes = [json_size(texts[i]) for i in todo]
         for i, size in zip(todo, sizes, strict=True):
             if size + 2 > budget:
-                raise TranslationError(
-                    f"text #{i} is {size} bytes as JSON, over DeepL's {self._max_bytes // 1024} KiB request "
-                    "limit: split it into smaller passages before translating"
+                which = f"text #{i}" if len(texts) > 1 else "the text"
+                raise RequestTooLarge(
+                    f"{which} is {size} bytes as JSON, over the {self._max_bytes} bytes a DeepL request may "
+                    "have (deepl.max_request_bytes): split it into smaller passages before translating"
                 )
 
         for batch in plan_batches(sizes, self._max_texts, budget):
@@ -325,10 +294,8 @@ class DeepLTranslator:
     def _target_code(self, target: str) -> str:
         return self._english_variant if target == "en" else _SOURCE_CODES[target]
 
-    def _configure(self) -> None:
-        deepl.http_client.max_network_retries = self._retries
-
     def _request(self, batch: list[str], fields: Mapping[str, Any]) -> list[Translation]:
+        doing = f"translating {len(batch)} text{'s' if len(batch) > 1 else ''} ({json_size_of(batch)} bytes)"
         raw = self._call(
             lambda: self._client.translate_text(
                 batch,
@@ -337,7 +304,8 @@ class DeepLTranslator:
                 formality=fields.get("formality"),
                 glossary=fields.get("glossary_id"),
                 model_type=fields.get("model_type"),
-            )
+            ),
+            doing,
         )
         results = raw if isinstance(raw, list) else [raw]
         if len(results) != len(batch):
@@ -378,20 +346,43 @@ class DeepLTranslator:
         return one_line if len(one_line) <= 300 else one_line[:297] + "..."
 
     def _call(self, fn: Callable[[], _T], doing: str = "translating") -> _T:
-        """Run one client call with this translator's retry budget; map what still fails.
+        """Run one client call, retried (module docstring) within ``timeout_s``; map what still fails.
 
         The mapped error is raised outside the ``except`` block so that the library's
         exception is attached (as ``__cause__``) only when its text does not carry the key.
         """
-        self._configure()
-        try:
-            return fn()
-        except deepl.DeepLException as exc:
-            failure = self._map_error(exc, doing)
-        raise failure
+        deadline = time.monotonic() + self._timeout_s
+        retries = 0
+        while True:
+            with _CLIENT_SETTINGS:
+                saved = deepl.http_client.max_network_retries, deepl.http_client.min_connection_timeout
+                deepl.http_client.max_network_retries = 0
+                deepl.http_client.min_connection_timeout = max(deadline - time.monotonic(), 0.01)
+                try:
+                    return fn()
+                except deepl.DeepLException as exc:
+                    failure = exc
+                finally:  # the library's settings are process-wide: leave them as found
+                    deepl.http_client.max_network_retries, deepl.http_client.min_connection_timeout = saved
+            retryable = (
+                failure.should_retry
+                or isinstance(failure, deepl.TooManyRequestsException)
+                or (failure.http_status_code is not None and failure.http_status_code >= 500)
+            )
+            delay = _BACKOFF_INITIAL_S * _BACKOFF_MULTIPLIER**retries
+            delay *= 1 + _BACKOFF_JITTER * self._jitter.uniform(-1, 1)
+            out_of_time = time.monotonic() + delay >= deadline
+            if not retryable or retries >= self._retries or out_of_time:
+                raise self._map_error(failure, doing, retries, out_of_time and retryable)
+            time.sleep(delay)
+            retries += 1
 
-    def _map_error(self, exc: deepl.DeepLException, doing: str) -> TranslationError:
-        retries = f"{self._retries} retr{'y' if self._retries == 1 else 'ies'}"
+    def _map_error(
+        self, exc: deepl.DeepLException, doing: str, tried: int, out_of_time: bool
+    ) -> TranslationError:
+        retries = f"{tried} retr{'y' if tried == 1 else 'ies'}"
+        if out_of_time:
+            retries += f" (timeout_s {self._timeout_s:g} s: no time for another)"
         status = exc.http_status_code
         detail = self._scrub(str(exc))
         err: TranslationError
@@ -414,6 +405,11 @@ class DeepLTranslator:
             err = TranslatorUnavailable(
                 f"cannot reach {self._where} after {retries} while {doing} ({detail}): "
                 f"check the network and {_ENV_URL}, then rerun"
+            )
+        elif status == 413:
+            err = RequestTooLarge(
+                f"{self._where} refused the request as too large (HTTP 413) while {doing}: "
+                "lower deepl.max_request_bytes, or split the text into smaller passages"
             )
         elif status is not None and status >= 500:
             err = TranslatorUnavailable(

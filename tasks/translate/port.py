@@ -8,7 +8,10 @@ rerun never pays twice for the same request").
 Cache key = sha256 of the canonical JSON of (text, source, target, engine, options), where
 ``options`` is everything that changes the output (formality, glossary digest, model type,
 server kind) and never a credential. Results are committed chunk by chunk as they arrive, so
-a crash part-way through a long list only repeats the chunk that was in flight.
+a crash part-way through a long list only repeats the chunk that was in flight. A chunk the
+engine refuses as too large (:class:`RequestTooLarge`, DeepL's HTTP 413) is halved until it
+passes; a text too large on its own becomes a :class:`Refused` outcome (never cached) that
+the stage records as an excluded row.
 """
 
 from __future__ import annotations
@@ -58,6 +61,19 @@ class RateLimited(TranslationError):
 
 class TranslatorUnavailable(TranslationError):
     """The service could not be reached, or kept failing (5xx) after the client's retries."""
+
+
+class RequestTooLarge(TranslationError):
+    """The engine refused a request as too large (DeepL: HTTP 413), or the adapter would not
+    send it (one text over its ``max_request_bytes``): a smaller request may pass."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A text the engine cannot take even alone; ``reason`` is the excluded row's reason."""
+
+    reason: str
+    detail: str
 
 
 @runtime_checkable
@@ -154,7 +170,8 @@ class CacheStats:
     ``hits``: input positions answered from the cache; ``misses``: the other positions
     (``hits + misses == len(texts)``); ``sent_characters``: code points of the distinct texts
     sent (a text repeated in the input is sent once); ``billed_characters``: what the engine
-    billed for them; ``sent_texts``: how many distinct texts were sent.
+    billed for them; ``sent_texts``: how many distinct texts were translated; ``refused``:
+    distinct texts refused as too large even alone (not counted as sent).
     """
 
     hits: int
@@ -162,6 +179,7 @@ class CacheStats:
     sent_characters: int
     billed_characters: int
     sent_texts: int = 0
+    refused: int = 0
 
     def __add__(self, other: CacheStats) -> CacheStats:
         return CacheStats(
@@ -170,6 +188,7 @@ class CacheStats:
             self.sent_characters + other.sent_characters,
             self.billed_characters + other.billed_characters,
             self.sent_texts + other.sent_texts,
+            self.refused + other.refused,
         )
 
 
@@ -183,17 +202,48 @@ def cached_translate(
     max_batch_texts: int = DEFAULT_BATCH_TEXTS,
     max_batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> tuple[list[Translation], CacheStats]:
-    """Translate ``texts``, paying only for those not in ``cache``; results align with ``texts``.
+    """:func:`cached_translate_each` for callers that want every text translated: a text the
+    engine refused (too large even alone) is a :class:`RequestTooLarge` naming its position,
+    raised after every other text was translated and cached."""
+    outcomes, stats = cached_translate_each(
+        translator,
+        cache,
+        texts,
+        source,
+        target,
+        max_batch_texts=max_batch_texts,
+        max_batch_bytes=max_batch_bytes,
+    )
+    for i, outcome in enumerate(outcomes):
+        if isinstance(outcome, Refused):
+            raise RequestTooLarge(f"text #{i}: {outcome.detail}")
+    return [o for o in outcomes if isinstance(o, Translation)], stats
+
+
+def cached_translate_each(
+    translator: Translator,
+    cache: TranslationCache,
+    texts: Sequence[str],
+    source: str,
+    target: str,
+    *,
+    max_batch_texts: int = DEFAULT_BATCH_TEXTS,
+    max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> tuple[list[Translation | Refused], CacheStats]:
+    """Translate ``texts``, paying only for those not in ``cache``; outcomes align with ``texts``.
 
     The misses are deduplicated (first occurrence order) and sent in chunks of at most
-    ``max_batch_texts`` texts / ``max_batch_bytes`` bytes of JSON-encoded text; each chunk's
-    results are committed to the cache before the next chunk is sent. If a chunk fails, the
+    ``max_batch_texts`` texts / ``max_batch_bytes`` bytes of JSON-encoded text (give the
+    engine's per-request limits, so that one chunk is one paid request); each chunk's
+    results are committed to the cache before the next chunk is sent. A chunk refused as
+    :class:`RequestTooLarge` is halved and each half sent (recursively); a single text
+    refused so is a :class:`Refused` (``too_large``) outcome and is not cached. Any other
     error propagates and the chunks before it stay cached, so a rerun resumes there.
     """
     check_pair(source, target)
     engine, options = translator.engine, translator.options()
     keys = [cache_key(t, source, target, engine, options) for t in texts]
-    known = cache.get_many(keys)
+    known: dict[str, Translation | Refused] = dict(cache.get_many(keys))
     hits = sum(1 for k in keys if k in known)
 
     pending: dict[str, str] = {}  # key -> text, first occurrence order
@@ -201,26 +251,39 @@ def cached_translate(
         if key not in known:
             pending.setdefault(key, text)
     todo_keys, todo_texts = list(pending), list(pending.values())
+    billed = [0]
 
-    billed = 0
-    for batch in plan_batches([json_size(t) for t in todo_texts], max_batch_texts, max_batch_bytes):
-        chunk = todo_texts[batch.start : batch.stop]
-        results = translator.translate(chunk, source, target)
+    def send(chunk_keys: list[str], chunk: list[str]) -> None:
+        try:
+            results = translator.translate(chunk, source, target)
+        except RequestTooLarge as exc:
+            if len(chunk) == 1:
+                known[chunk_keys[0]] = Refused("too_large", str(exc))
+                return
+            half = len(chunk) // 2
+            send(chunk_keys[:half], chunk[:half])
+            send(chunk_keys[half:], chunk[half:])
+            return
         if len(results) != len(chunk):
             raise TranslationError(
                 f"{engine} returned {len(results)} translations for {len(chunk)} texts: "
                 "the engine or its adapter is broken; report it, nothing was cached for this chunk"
             )
-        fresh = dict(zip(todo_keys[batch.start : batch.stop], results, strict=True))
+        fresh = dict(zip(chunk_keys, results, strict=True))
         cache.put_many(fresh)
         known.update(fresh)
-        billed += sum(r.billed_characters for r in results)
+        billed[0] += sum(r.billed_characters for r in results)
 
+    for batch in plan_batches([json_size(t) for t in todo_texts], max_batch_texts, max_batch_bytes):
+        send(todo_keys[batch.start : batch.stop], todo_texts[batch.start : batch.stop])
+
+    refused = [t for k, t in pending.items() if isinstance(known[k], Refused)]
     stats = CacheStats(
         hits=hits,
         misses=len(texts) - hits,
-        sent_characters=sum(len(t) for t in todo_texts),
-        billed_characters=billed,
-        sent_texts=len(todo_texts),
+        sent_characters=sum(len(t) for t in todo_texts) - sum(len(t) for t in refused),
+        billed_characters=billed[0],
+        sent_texts=len(todo_texts) - len(refused),
+        refused=len(refused),
     )
     return [known[k] for k in keys], stats
