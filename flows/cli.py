@@ -18,6 +18,8 @@ import os
 import shutil
 import signal
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from functools import wraps
@@ -376,15 +378,42 @@ class _Terminated(SystemExit):
     """SystemExit raised by the SIGTERM handler."""
 
 
-def exit_on_sigterm() -> None:
+TERM_GRACE_S = 5.0  # Docker waits 10 s between SIGTERM and SIGKILL, Kubernetes 30 s
+_leaving = threading.Lock()
+
+
+def exit_on_sigterm(grace_s: float = TERM_GRACE_S) -> None:
     """Turn SIGTERM (``kill``, a scheduler's cancel) into SystemExit, as Ctrl-C is turned into
     KeyboardInterrupt: ``finally`` blocks and atexit handlers run, so the embedded LLM server
-    a run started is stopped instead of being left orphaned."""
+    a run started is stopped instead of being left orphaned.
+
+    The process is gone ``grace_s`` after the signal at the latest: a stage still running in
+    Prefect's worker thread would otherwise hold the interpreter's exit (Prefect's task
+    runner joins its threads) until the stage finished."""
 
     def handler(signum: int, _frame: object) -> None:
-        raise _Terminated(128 + signum)
+        signal.signal(signum, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+        code = 128 + signum
+        threading.Thread(
+            target=_leave_after, args=(grace_s, code), name="irforge-sigterm", daemon=True
+        ).start()
+        raise _Terminated(code)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def _leave_after(grace_s: float, code: int) -> None:
+    time.sleep(grace_s)
+    _leave(code)
+
+
+def _leave(code: int) -> None:
+    """Run the atexit handlers (they stop child servers) and exit without joining threads."""
+    with _leaving:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def main() -> None:
@@ -392,15 +421,8 @@ def main() -> None:
     exit_on_sigterm()
     try:
         app()
-    except _Terminated as stop:
-        # The main thread has unwound (the run's finally blocks ran). A stage still running
-        # in Prefect's worker thread would hold the interpreter's exit until it finished:
-        # run the atexit handlers (they stop child servers) and leave now.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(stop.code if isinstance(stop.code, int) else 128 + signal.SIGTERM)
+    except _Terminated as stop:  # the main thread has unwound: the run's finally blocks ran
+        _leave(stop.code if isinstance(stop.code, int) else 128 + signal.SIGTERM)
 
 
 if __name__ == "__main__":

@@ -66,3 +66,14 @@ def test_unknown_flow_and_stage() -> None:
 def test_translate_languages_are_checked_by_the_config(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"stages\.translate\.languages\[1\]"):
         load(tmp_path, "stages:\n  ingest: {sources: [x]}\n  translate: {languages: [en, de]}\n")
+
+
+def test_an_llm_key_that_does_not_act_on_its_engine_is_named_with_its_path(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"stages\.judge\.llm: Value error, max_concurrency does not apply to engine vllm-batch",
+    ):
+        load(
+            tmp_path,
+            "stages:\n  ingest: {sources: [x]}\n  judge: {llm: {engine: vllm-batch, max_concurrency: 4}}\n",
+        )

@@ -213,3 +213,13 @@ def test_status_stays_fresh_when_only_transport_keys_change(tmp_path: Path) -> N
     (status,) = flow_status(ASK_FLOW, ask_config(model="other-model"), tmp_path, store)
     assert status.state == "stale"
     assert status.changed == ["config llm.model: 'Qwen/Qwen2.5-72B-Instruct-AWQ' -> 'other-model'"]
+
+
+def test_vllm_batch_command_is_transport_and_its_extra_args_are_not(tmp_path: Path) -> None:
+    def fp(**llm: Any) -> str:
+        data = {"stages": {"ask": {"llm": {"engine": "vllm-batch", "model": "m", **llm}}}}
+        return ASK_FLOW.plan(validate_config(AskFlow, data, "flow.yaml"), tmp_path)["ask"].fingerprint
+
+    command = ["vllm", "run-batch", "-i", "{input}", "-o", "{output}", "--gpu-memory-utilization", "0.8"]
+    assert fp(batch_command=command, timeout_s=7200, max_attempts=1) == fp()
+    assert fp(batch_extra_args=["--dtype", "half"]) != fp()

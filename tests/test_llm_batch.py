@@ -14,7 +14,7 @@ import pytest
 from irforge.config import validate_config
 from irforge.errors import ConfigError
 from tasks.llm.cache import ReplyCache, cached_chat
-from tasks.llm.config import LLMConfig, chat_model, describe
+from tasks.llm.config import LLMConfig, chat_model, describe, resolved_timeout_s
 from tasks.llm.port import (
     ChatFailure,
     ChatModel,
@@ -261,11 +261,12 @@ def test_no_retry_round_when_max_invalid_retries_is_zero(tmp_path: Path) -> None
 
 def test_unknown_model_is_a_request_failure_with_vllms_message(tmp_path: Path) -> None:
     model = VLLMBatchChatModel(
-        MODEL, tmp_path, command=fake_command(model="other-model"), max_attempts=1, max_invalid_retries=0
+        MODEL, tmp_path, command=fake_command(model="other-model"), max_invalid_retries=0
     )
     (outcome,) = model.run([request("a", "x")], echo_value)
     assert isinstance(outcome, ChatFailure) and outcome.reason == "request_failed"
     assert "HTTP 404" in outcome.detail and "does not exist" in outcome.detail
+    assert outcome.attempts == 1 and "not retried" in outcome.detail  # it would fail again: one round
 
 
 def test_failing_command_raises_with_its_stderr_tail(tmp_path: Path) -> None:
@@ -496,3 +497,10 @@ def test_batch_settings_are_refused_by_the_other_engines() -> None:
                 validate_config(LLMConfig, {"engine": engine, key: value}, "flow.yaml")
         with pytest.raises(ConfigError, match="structured_outputs is vLLM's batch-file field"):
             validate_config(LLMConfig, {"engine": engine, "structured_output": "structured_outputs"}, "f")
+
+
+def test_timeout_defaults_bound_a_request_or_a_whole_batch_run(tmp_path: Path) -> None:
+    batch = chat_model(LLMConfig(engine="vllm-batch"), tmp_path, tmp_path)
+    assert isinstance(batch, VLLMBatchChatModel) and batch._timeout_s == 3600.0  # model load + a chunk
+    assert resolved_timeout_s(LLMConfig(engine="openai")) == 120.0
+    assert resolved_timeout_s(LLMConfig(engine="vllm-batch", timeout_s=60)) == 60.0

@@ -720,6 +720,7 @@ def test_card_mteb_snippet_names_the_release_splits_and_languages() -> None:
     # Without French, MTEB must not ask for queries-fr: the task's languages are narrowed too.
     two = mteb_snippet("me/cure", "main", ["genetics"], ("en", "es"))
     assert "\"eval_langs\": {'en': ['eng-Latn', 'eng-Latn'], 'es': ['spa-Latn', 'eng-Latn']}" in two
+    assert "mteb.get_task(\"CUREv1\", hf_subsets=['en', 'es'])" in two
     stats = split_statistics(corpus_table(), queries_table(), qrels_table())
     card = render_card(CARD.model_copy(update={"revision": "v2"}), stats)
     assert mteb_snippet(CARD.name, "v2", list(DOMAINS), ("en", "es", "fr")) in card

@@ -16,6 +16,7 @@ pytrec_eval's ``ndcg_cut`` over the same queries, and the texts are distinct so 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,7 +222,7 @@ def test_the_release_is_complete_and_says_what_it_left_out(stages: dict[str, Sta
     for split in ("dermatology", "genetics"):
         ids = {
             lang: [
-                yaml.safe_load(line)["_id"]
+                json.loads(line)["_id"]
                 for line in (folder / split / f"queries-{lang}.jsonl").read_text().splitlines()
             ]
             for lang in ("en", "es", "fr")
@@ -285,3 +286,34 @@ def test_the_card_snippet_loads_the_release_as_mtebs_cure_task_with_the_evaluate
         print(f"nDCG@10 {key}: evaluate {value:.6f}, MTEB {mteb_ndcg[key]:.5f}")
         assert mteb_ndcg[key] == pytest.approx(value, abs=1e-5), key
     assert len({round(v, 4) for v in ours.values()}) > 3  # the figures differ: the check has teeth
+
+
+def test_a_release_without_french_runs_as_the_cure_task_on_its_languages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: None
+) -> None:
+    import mteb
+    from sentence_transformers import SentenceTransformer
+
+    from tasks.release.layout import write_release
+    from tests.test_release_layout import CARD, corpus_table, qrels_table, queries_table
+
+    folder = tmp_path / "release"
+    write_release(
+        folder,
+        corpus_table(),
+        queries_table(),
+        qrels_table(),
+        CARD.model_copy(update={"languages": ("en", "fr")}),
+    )
+    snippet = _card_snippet((folder / "README.md").read_text())
+    model = SentenceTransformer(str(builtin_model_path(BUILTIN_MINILM)), device="cpu")
+    monkeypatch.setattr(mteb, "get_model", lambda name: model)
+    monkeypatch.setattr(
+        mteb, "evaluate", functools.partial(mteb.evaluate, cache=None, show_progress_bar=False)
+    )
+    scope: dict[str, Any] = {}
+    exec(snippet.replace(f'"{CARD.name}"', repr(str(folder))), scope)
+    scores = scope["results"].task_results[0].scores
+    assert {(split, s["hf_subset"]) for split, rows in scores.items() for s in rows} == {
+        (split, lang) for split in ("dermatology", "genetics", "all") for lang in ("en", "fr")
+    }

@@ -16,8 +16,9 @@ grammar is sent in, vllm-batch's ``batch_extra_args``, the GGUF's digest — is 
 :func:`describe` (fingerprints); URLs, key variables, concurrency, rate limits, timeouts,
 attempts, the batch command and prices are ``Transport`` fields and are not. Every key
 acts on the engine it is set for or is refused (``_ENGINE_KEYS``): vllm-batch bounds each
-run of its command by ``timeout_s`` and re-runs failed lines up to ``max_attempts``
-rounds; its concurrency is vLLM's own (``--max-num-seqs`` in ``batch_command``).
+run of its command, model load included, by ``timeout_s`` (default 3600 s; a request of
+the other engines: 120 s) and re-runs failed lines up to ``max_attempts`` rounds; its
+concurrency is vLLM's own (``--max-num-seqs`` in ``batch_command``).
 
 ``grammar_field`` says where a request's GBNF grammar goes (:mod:`tasks.llm.openai_chat`).
 ``"auto"`` picks ``"grammar"`` for the embedded llama.cpp server and ``"none"`` for the
@@ -47,6 +48,8 @@ from tasks.llm.vllm_batch import VLLMBatchChatModel
 
 DEMO_MODEL = "gemma-3-270m-q4_k_m"
 """The model id of the embedded default (what the llama.cpp server is asked to call it)."""
+REQUEST_TIMEOUT_S = 120.0
+BATCH_TIMEOUT_S = 3600.0  # one vllm run-batch run: model load + one chunk's requests
 
 
 _ENGINE_KEYS: dict[str, tuple[str, ...]] = {
@@ -92,8 +95,11 @@ class LLMConfig(StrictModel):
     requests_per_second: Transport[float | None] = Field(
         None, gt=0, description="openai engine: rate limit; none by default."
     )
-    timeout_s: Transport[float] = Field(
-        120.0, gt=0, description="Per request; vllm-batch: per run of the batch command (then it is stopped)."
+    timeout_s: Transport[float | None] = Field(
+        None,
+        gt=0,
+        description="Seconds per request (default 120); vllm-batch: per run of the batch command, model "
+        "load included (default 3600), after which it is stopped.",
     )
     max_attempts: Transport[int] = Field(
         6,
@@ -163,6 +169,13 @@ def grammar_field(config: LLMConfig) -> GrammarField:
     return "grammar" if config.engine == "llama-cpp" else "none"
 
 
+def resolved_timeout_s(config: LLMConfig) -> float:
+    """``timeout_s`` with its engine's default: a request, or a whole ``vllm run-batch`` run."""
+    if config.timeout_s is not None:
+        return config.timeout_s
+    return BATCH_TIMEOUT_S if config.engine == "vllm-batch" else REQUEST_TIMEOUT_S
+
+
 def cost_usd(config: LLMConfig, prompt_tokens: float, completion_tokens: float) -> float:
     return (
         prompt_tokens * config.price_per_million_input + completion_tokens * config.price_per_million_output
@@ -187,7 +200,7 @@ def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
             grammar_field=grammar_field(config),
             max_concurrency=config.max_concurrency,
             requests_per_second=config.requests_per_second,
-            timeout_s=config.timeout_s,
+            timeout_s=resolved_timeout_s(config),
             max_attempts=config.max_attempts,
             max_invalid_retries=config.max_invalid_retries,
         )
@@ -201,7 +214,7 @@ def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
             grammar_field=grammar_field(config),
             max_attempts=config.max_attempts,
             max_invalid_retries=config.max_invalid_retries,
-            timeout_s=config.timeout_s,
+            timeout_s=resolved_timeout_s(config),
         )
     gguf = _resolve(base_dir, config.gguf) if config.gguf else None
     with _servers_lock:
@@ -221,7 +234,7 @@ def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
         # One slot and one thread: more concurrent requests only queue in the server.
         max_concurrency=1,
         requests_per_second=None,
-        timeout_s=config.timeout_s,
+        timeout_s=resolved_timeout_s(config),
         max_attempts=config.max_attempts,
         max_invalid_retries=config.max_invalid_retries,
     )

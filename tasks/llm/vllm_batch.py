@@ -24,8 +24,9 @@ and what it reads back is described in :mod:`tasks.llm.vllm_batch_output`.
   ``guided_grammar=g`` (vLLM < 0.11), ``"grammar"`` sends ``grammar=g`` (llama.cpp's field,
   for a look-alike runner), ``"none"`` (the default) sends nothing.
 - Replies are matched to requests by ``custom_id``. A line that failed (``error`` set,
-  ``status_code`` ≠ 200) or is missing from the output file is sent again in a further
-  batch round, up to ``max_attempts`` sends per ask (as the openai adapter retries a 5xx);
+  ``status_code`` ≠ 200; not a 4xx such as an unknown model, which would fail again) or is
+  missing from the output file is sent again in a further batch round, up to
+  ``max_attempts`` sends per ask (as the openai adapter retries a 5xx);
   a reply that does not validate or stopped at ``max_tokens`` (``finish_reason ==
   "length"``) is asked again, up to ``max_invalid_retries`` times. A request whose
   ``seed`` is set is re-asked with ``seed + ask - 1``: with a fixed seed vLLM would
@@ -306,9 +307,10 @@ class VLLMBatchChatModel:
         detail = attempt.detail
         if attempt.failure == "request_failed":
             ledger.failed_sends += 1
-            if ledger.failed_sends < self.max_attempts:
+            if attempt.retry and ledger.failed_sends < self.max_attempts:
                 return None
-            detail = f"gave up after {ledger.failed_sends} attempt(s) (max_attempts); last: {detail}"
+            if attempt.retry:  # else a 4xx the same request would get again
+                detail = f"gave up after {ledger.failed_sends} attempt(s) (max_attempts); last: {detail}"
         else:
             if ledger.asks <= self.max_invalid_retries:
                 ledger.asks += 1

@@ -6,6 +6,8 @@ vLLM writes one line per request, in input order, as requests finish
     {"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}
 
 ``body`` is a chat completion, or null when the request failed (``error`` then says why).
+A failed line is worth sending again unless its status is a 4xx other than 408, 409 and
+429 (the same request is refused again), as in :mod:`tasks.llm.openai_chat`.
 A run that was stopped (timeout) or crashed leaves the lines written so far, the last one
 possibly cut: :func:`read_output` with ``partial=True`` keeps every complete line, so the
 replies already paid for are not lost (:mod:`tasks.llm.vllm_batch`).
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tasks.llm.openai_chat import RETRIED_4XX
 from tasks.llm.port import ChatModelError, ChatRequest, FailureReason, ReplyInvalid, Validator
 
 _DETAIL_CHARS = 300
@@ -36,6 +39,7 @@ class Attempt:
     finish_reason: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    retry: bool = True  # a failed line worth sending again (not a 4xx the same request gets again)
 
 
 def read_output(path: Path, wanted: set[str], where: str, *, partial: bool = False) -> dict[str, Any]:
@@ -91,8 +95,12 @@ def read_attempt(
     error = line.get("error")
     if error is not None or status != 200 or not isinstance(body, dict):
         shown = short(error) if error is not None else "no error given"
+        refused = isinstance(status, int) and 400 <= status < 500 and status not in RETRIED_4XX
         return Attempt(
-            text=None, failure="request_failed", detail=f"HTTP {status}: {shown} (files in {run_dir})"
+            text=None,
+            failure="request_failed",
+            detail=f"HTTP {status}: {shown}{'; not retried' if refused else ''} (files in {run_dir})",
+            retry=not refused,
         )
 
     usage = _dict(body.get("usage"))

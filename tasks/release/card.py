@@ -2,7 +2,7 @@
 
 :class:`CardInfo` is everything the card says that the tables cannot: names, licences,
 provenance (the flow config, prompt digests, models, stage fingerprints) and notes.
-:func:`split_statistics` computes, per split, the columns of CURE's Table 6 (passages,
+:func:`~tasks.release.stats.split_statistics` computes, per split, the columns of CURE's Table 6 (passages,
 articles, queries, judgements, mean query length per language, mean passage length, in
 whitespace-delimited tokens as the paper counts them) plus the judgements per score.
 :func:`render_card` turns both into ``README.md``: YAML front matter the Hub and ``datasets``
@@ -22,55 +22,30 @@ defence :func:`render_card` refuses a card in which something looks like a crede
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
-import pyarrow as pa
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from irforge.errors import IrforgeError
-from tasks.release.usage import loading_section
-
-ALL_SPLIT: Final = "all"
-"""The union of every domain's rows. ``datasets`` reserves the split name: ``split="all"``
-loads the concatenation of a config's splits (which is how MTEB's CUREv1 task gets its
-``all`` split), and a ``data_files`` split named ``all`` makes the whole config fail to load.
-So ``all`` has no files of its own; the card's statistics still have an ``all`` row."""
-LANGUAGES: Final = ("en", "es", "fr")
-"""Query languages, in the order of their configs; the corpus is English."""
-CORPUS: Final = "corpus"
-QRELS: Final = "qrels"
-CONFIGS: Final = (CORPUS, *(f"queries-{lang}" for lang in LANGUAGES), QRELS)
-"""Config names MTEB's CUREv1 task loads, in the order the card lists them."""
-CUREV1_DOMAINS: Final = (
-    "dentistry_and_oral_health",
-    "dermatology",
-    "gastroenterology",
-    "genetics",
-    "neuroscience_and_neurology",
-    "orthopedic_surgery",
-    "otorhinolaryngology",
-    "plastic_surgery",
-    "psychiatry_and_psychology",
-    "pulmonology",
+from tasks.release.schema import (
+    ALL_SPLIT,
+    CONFIGS,
+    CORPUS,
+    CUREV1_DOMAINS,
+    FEATURES,
+    LANGUAGES,
+    SCORES,
+    SPLIT_NAME,
+    Omission,
+    ReleaseError,
+    data_path,
+    release_configs,
+    release_splits,
 )
-"""CUREv1's domain splits (reference/cure_layout.md); a release may have fewer (or others)."""
-SCORES: Final = (0, 1, 2)
-"""Graded relevance: 0 not relevant, 1 partially relevant, 2 relevant (CURE §2.3)."""
-SPLIT_NAME: Final = re.compile(r"^\w+(\.\w+)*$")
-"""The Hub's rule for split names (``datasets`` refuses others): no hyphens, no spaces."""
-
-_QUERY_FEATURES: Final = (("_id", "string"), ("text", "string"))
-FEATURES: Final[Mapping[str, tuple[tuple[str, str], ...]]] = {
-    CORPUS: (("_id", "string"), ("title", "string"), ("text", "string")),
-    **{f"queries-{lang}": _QUERY_FEATURES for lang in LANGUAGES},
-    QRELS: (("query-id", "string"), ("corpus-id", "string"), ("score", "int64")),
-}
-"""Columns of each config's JSON Lines files, with their ``datasets`` dtypes (declared in the
-card so that loading never has to guess them)."""
+from tasks.release.stats import SplitStats, split_statistics
+from tasks.release.usage import loading_section
 
 _SIZE_BUCKETS: Final = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"))
 _SIZE_BUCKETS_LARGE: Final = ((1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"))
@@ -100,24 +75,6 @@ DEFAULT_DESCRIPTION: Final = (
     "Queries come in English, Spanish and French against the English corpus (one monolingual and two "
     "cross-lingual conditions)."
 )
-
-
-class ReleaseError(IrforgeError):
-    """A release cannot be written as asked; the message names the row, split or field and why."""
-
-
-def data_path(config: str, split: str) -> str:
-    """Where a config's rows for a split live, relative to the release folder."""
-    return f"{split}/{config}.jsonl"
-
-
-@dataclass(frozen=True, order=True)
-class Omission:
-    """A query that has no text in ``language``: it has no row in that language's file."""
-
-    domain: str
-    query_id: str
-    language: str
 
 
 class PromptInfo(BaseModel):
@@ -193,90 +150,6 @@ class CardInfo(BaseModel):
         if self.license == "other" and not self.license_name:
             raise ValueError("license 'other' needs a license_name saying which licence applies")
         return self
-
-
-@dataclass(frozen=True)
-class SplitStats:
-    """CURE Table 6's columns for one split, plus the judgements per score."""
-
-    passages: int
-    articles: int
-    queries: int  # distinct query ids
-    judgements: int  # qrels rows
-    judgements_by_score: dict[int, int]
-    queries_by_language: dict[str, int]  # language -> queries with a text in it
-    query_tokens: dict[str, float | None]  # language -> mean whitespace tokens; None: no query in it
-    passage_tokens: float | None  # mean whitespace tokens of title-less passage text
-
-
-def split_statistics(corpus: pa.Table, queries: pa.Table, qrels: pa.Table) -> dict[str, SplitStats]:
-    """Per domain (sorted), then for ``all`` (the union), the statistics of CURE's Table 6.
-
-    Inputs are the tables :func:`tasks.release.layout.write_release` takes: corpus
-    (``passage_id, article_id, domain, text``), queries (``query_id, domain, language,
-    text``), qrels (``domain, score``). Lengths count whitespace-delimited tokens
-    (``str.split()``), as the paper does; passage length is over the passage text without
-    its title. A score outside 0/1/2 is counted under its own value.
-    """
-    passage_domains = _column(corpus, "corpus", "domain")
-    articles = _column(corpus, "corpus", "article_id")
-    passage_texts = _column(corpus, "corpus", "text")
-    query_ids = _column(queries, "queries", "query_id")
-    query_domains = _column(queries, "queries", "domain")
-    languages = _column(queries, "queries", "language")
-    query_texts = _column(queries, "queries", "text")
-    qrel_domains = _column(qrels, "qrels", "domain")
-    scores = _column(qrels, "qrels", "score")
-
-    splits = [*release_splits(passage_domains, query_domains, qrel_domains), ALL_SPLIT]
-    passage_rows, query_rows, qrel_rows = (
-        _rows_by_split(c) for c in (passage_domains, query_domains, qrel_domains)
-    )
-    stats: dict[str, SplitStats] = {}
-    for split in splits:
-        rows = passage_rows.get(split, [])
-        by_language: dict[str, list[int]] = defaultdict(list)
-        for i in query_rows.get(split, []):
-            by_language[languages[i]].append(len(str(query_texts[i]).split()))
-        by_score = Counter(scores[i] for i in qrel_rows.get(split, []))
-        stats[split] = SplitStats(
-            passages=len(rows),
-            articles=len({articles[i] for i in rows}),
-            queries=len({query_ids[i] for i in query_rows.get(split, [])}),
-            judgements=len(qrel_rows.get(split, [])),
-            judgements_by_score={s: by_score.get(s, 0) for s in sorted({*SCORES, *by_score})},
-            queries_by_language={lang: len(by_language.get(lang, [])) for lang in LANGUAGES},
-            query_tokens={lang: _mean(by_language.get(lang, [])) for lang in LANGUAGES},
-            passage_tokens=_mean([len(str(passage_texts[i]).split()) for i in rows]),
-        )
-    return stats
-
-
-def release_splits(*domain_columns: Iterable[Any]) -> list[str]:
-    """The release's split names: every domain that occurs, sorted (``all`` is not one of them).
-
-    Raises :class:`ReleaseError` for a domain that is not a valid split name (the Hub and
-    ``datasets`` accept only ``^\\w+(\\.\\w+)*$``) or is the reserved name ``all``.
-    """
-    domains = sorted({d for column in domain_columns for d in column})
-    for domain in domains:
-        if not isinstance(domain, str) or not SPLIT_NAME.fullmatch(domain):
-            raise ReleaseError(
-                f"domain {domain!r} cannot be a split name: the Hub accepts letters, digits and "
-                "underscores, with single dots between parts (e.g. 'plastic_surgery')"
-            )
-        if domain == ALL_SPLIT:
-            raise ReleaseError(
-                f"domain {ALL_SPLIT!r} is reserved: datasets loads split='all' as the union of every domain"
-            )
-    if not domains:
-        raise ReleaseError("nothing to release: the tables name no domain")
-    return domains
-
-
-def release_configs(languages: Sequence[str] = LANGUAGES) -> list[str]:
-    """The configs of a release with these query languages, in :data:`CONFIGS` order."""
-    return [c for c in CONFIGS if not c.startswith("queries-") or c.removeprefix("queries-") in languages]
 
 
 def released_files(
@@ -498,18 +371,6 @@ def _number(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
-def _rows_by_split(domains: list[Any]) -> dict[str, list[int]]:
-    rows: dict[str, list[int]] = defaultdict(list)
-    for i, domain in enumerate(domains):
-        rows[domain].append(i)
-    rows[ALL_SPLIT] = list(range(len(domains)))
-    return rows
-
-
-def _mean(values: list[int]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def _longest_run(text: str, char: str) -> int:
     return max((len(m) for m in re.findall(f"{re.escape(char)}+", text)), default=0)
 
@@ -519,13 +380,6 @@ def _size_category(n: int) -> str:
         if n < bound:
             return name
     return "n>10M"
-
-
-def _column(table: pa.Table, what: str, name: str) -> list[Any]:
-    if name not in table.column_names:
-        raise ReleaseError(f"{what} table has no column {name!r} (it has {table.column_names})")
-    values: list[Any] = table.column(name).to_pylist()
-    return values
 
 
 def _refuse_secrets(card: str) -> None:
@@ -542,10 +396,12 @@ def _refuse_secrets(card: str) -> None:
 __all__ = [
     "ALL_SPLIT",
     "CONFIGS",
+    "CORPUS",
     "CUREV1_DOMAINS",
     "FEATURES",
     "LANGUAGES",
     "SCORES",
+    "SPLIT_NAME",
     "CardInfo",
     "ModelInfo",
     "Omission",

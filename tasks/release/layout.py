@@ -49,22 +49,20 @@ from typing import Any, Final, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.release.card import (
+from tasks.release.card import CardInfo, released_files, render_card
+from tasks.release.schema import (
     CORPUS,
     FEATURES,
     LANGUAGES,
     QRELS,
     SCORES,
     SPLIT_NAME,
-    CardInfo,
     Omission,
     ReleaseError,
     data_path,
     release_splits,
-    released_files,
-    render_card,
-    split_statistics,
 )
+from tasks.release.stats import split_statistics
 
 CARD_FILE: Final = "README.md"
 

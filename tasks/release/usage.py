@@ -3,8 +3,8 @@
 The MTEB snippet runs the stock ``CUREv1`` task of ``mteb`` 2.x on the release: it copies the
 task's metadata with ``dataset`` pointed at the release (a Hub id or a local folder; the
 revision is a branch, tag or commit and is ignored for a folder), ``eval_splits`` set to the
-release's domains plus ``all``, and ``eval_langs`` narrowed to the released languages when
-one is missing. Both are needed because ``CUREv1Retrieval.load_data``
+release's domains plus ``all``, and ``eval_langs`` (with ``hf_subsets`` in ``get_task``)
+narrowed to the released languages when one is missing. Both are needed because ``CUREv1Retrieval.load_data``
 (``mteb/tasks/retrieval/multilingual/cur_ev1_retrieval.py``) loads every split of
 ``metadata.eval_splits`` in every language of ``metadata.eval_langs`` (``get_task(...,
 eval_splits=...)`` does not narrow what it loads), and ``datasets`` cannot load a split
@@ -36,14 +36,17 @@ def mteb_snippet(name: str, revision: str, splits: Sequence[str], languages: Seq
         f'        "dataset": {{"path": "{name}", "revision": "{revision}"}},',
         f'        "eval_splits": {[*splits, "all"]!r},',
     ]
+    subsets = ""
     if tuple(languages) != tuple(MTEB_LANGUAGES):
+        # hf_subsets: what is evaluated; eval_langs: what load_data reads.
+        subsets = f", hf_subsets={list(languages)!r}"
         langs = {lang: list(MTEB_LANGUAGES[lang]) for lang in languages}
         update.append(f'        "eval_langs": {langs!r},')
     return "\n".join(
         [
             "import mteb",
             "",
-            f'task = mteb.get_task("{MTEB_TASK}")',
+            f'task = mteb.get_task("{MTEB_TASK}"{subsets})',
             "task.metadata = task.metadata.model_copy(",
             "    update={",
             *update,

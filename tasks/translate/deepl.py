@@ -70,7 +70,7 @@ DEEPL_REQUEST_LIMIT = 128 * 1024
 MAX_REQUEST_BYTES = DEEPL_REQUEST_LIMIT - 2 * 1024
 """The largest ``max_request_bytes`` accepted: 2 KiB stay for the request line and headers."""
 DEFAULT_REQUEST_BYTES = 120 * 1024
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S = 30.0
 _BODY_MARGIN = 1024  # room for fields a future client version might add to the body
 _BACKOFF_INITIAL_S, _BACKOFF_MULTIPLIER, _BACKOFF_JITTER = 1.0, 1.6, 0.23  # deepl.http_client._BackoffTimer
 _CLIENT_SETTINGS = threading.RLock()  # deepl.http_client's module settings are process-wide
