@@ -387,29 +387,39 @@ def exit_on_sigterm(grace_s: float = TERM_GRACE_S) -> None:
     KeyboardInterrupt: ``finally`` blocks and atexit handlers run, so the embedded LLM server
     a run started is stopped instead of being left orphaned.
 
-    The process is gone ``grace_s`` after the signal at the latest: a stage still running in
-    Prefect's worker thread would otherwise hold the interpreter's exit (Prefect's task
-    runner joins its threads) until the stage finished."""
+    During a flow run Prefect's own handler is installed instead (it raises
+    ``TerminationSignal``, which unwinds the run the same way), and Prefect's task runner
+    then waits for the stage still running in its worker thread. So a watcher thread, told
+    of every signal through :func:`signal.set_wakeup_fd` whichever handler is installed,
+    ends the process ``grace_s`` after a SIGTERM at the latest, running the atexit handlers
+    first."""
 
     def handler(signum: int, _frame: object) -> None:
         signal.signal(signum, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
-        code = 128 + signum
-        threading.Thread(
-            target=_leave_after, args=(grace_s, code), name="irforge-sigterm", daemon=True
-        ).start()
-        raise _Terminated(code)
+        raise _Terminated(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end)
+    threading.Thread(target=_watch, args=(read_end, grace_s), name="irforge-sigterm", daemon=True).start()
 
 
-def _leave_after(grace_s: float, code: int) -> None:
+def _watch(read_end: int, grace_s: float) -> None:
+    while signal.SIGTERM not in (signals := os.read(read_end, 64)):
+        if not signals:
+            return
     time.sleep(grace_s)
-    _leave(code)
+    _leave(128 + signal.SIGTERM, grace_s)
 
 
-def _leave(code: int) -> None:
-    """Run the atexit handlers (they stop child servers) and exit without joining threads."""
+def _leave(code: int, grace_s: float = TERM_GRACE_S) -> None:
+    """Run the atexit handlers (they stop child servers) and exit without joining threads;
+    exit anyway if the handlers take longer than ``grace_s``."""
     with _leaving:
+        last_resort = threading.Timer(grace_s, os._exit, (code,))
+        last_resort.daemon = True
+        last_resort.start()
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -121,7 +121,13 @@ def run_pipeline(flow_name: str, config: Path | None, artifacts: Path, selection
             for step in steps:
                 waits = [futures[u] for u in step.plan.spec.upstream if u in futures]
                 futures[step.name] = stage_task.with_options(task_run_name=f"{flow_name}.{step.name}").submit(
-                    step, store, flow_name, flow_config.execution, recorder, wait_for=waits
+                    step,
+                    store,
+                    flow_name,
+                    flow_config.execution,
+                    recorder,
+                    wait_for=waits,
+                    return_state=False,
                 )
             for step in steps:
                 outcomes.append((step.name, futures[step.name].result()))
@@ -179,18 +185,21 @@ def _publish(
     ``<flow>-stages`` and ``<flow>-report``, so the UI keeps their history)."""
     if FlowRunContext.get() is None:
         return
-    create_table_artifact(
-        stage_rows(outcomes),
-        key=f"{flow_name}-stages",
-        description=f"irforge run {flow_name} {recorder.run_id}: stages reused or computed",
-    )
-    if report is not None:
-        create_link_artifact(
-            report.as_uri(),
-            link_text=str(report),
-            key=f"{flow_name}-report",
-            description=f"The run report, on the host that ran the flow. Run record: {recorder.path}",
+    try:
+        create_table_artifact(
+            stage_rows(outcomes),
+            key=f"{flow_name}-stages",
+            description=f"irforge run {flow_name} {recorder.run_id}: stages reused or computed",
         )
+        if report is not None:
+            create_link_artifact(
+                report.as_uri(),
+                link_text=str(report),
+                key=f"{flow_name}-report",
+                description=f"The run report, on the host that ran the flow. Run record: {recorder.path}",
+            )
+    except Exception as exc:  # the run's own artifacts are written: only the UI's view is missing
+        log.warning("Prefect artifacts not published: %s: %s", type(exc).__name__, exc)
 
 
 @flow(name="cure")

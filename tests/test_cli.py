@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -148,11 +149,122 @@ def test_errors_are_one_line_with_nonzero_exit(env: dict[str, str], tmp_path: Pa
     bad = tmp_path / "bad.yaml"
     bad.write_text("stages:\n  ingest: {sources: [x]}\n  filter: {min_wrods: 3}\n")
     result = irforge(env, "run", "cure", "--config", str(bad))
-    assert result.returncode == 1
+    assert result.returncode == 2  # a user error (1: anything else; see flows/cli.py)
     (line,) = result.stderr.strip().splitlines()
     assert "stages.filter.min_wrods: Extra inputs are not permitted" in line
     unknown = irforge(env, "show", "cure", "nope")
-    assert unknown.returncode == 1 and "no stage 'nope'" in unknown.stderr
+    assert unknown.returncode == 2 and "no stage 'nope'" in unknown.stderr
+
+
+def test_version(env: dict[str, str]) -> None:
+    result = irforge(env, "--version")
+    assert result.returncode == 0 and result.stdout.startswith("irforge ")
+
+
+def _flow_config(tmp_path: Path, **stages: Any) -> Path:
+    path = tmp_path / "flow.yaml"
+    path.write_text(yaml.safe_dump({"stages": stages}))
+    return path
+
+
+def test_user_error_inside_a_stage_is_one_line_without_prefect_tracebacks(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    articles = str(REPO / "data" / "demo" / "articles")
+    config = _flow_config(tmp_path, ingest={"sources": [articles]}, annotations={"sources": ["empty.jsonl"]})
+    run_env = {**env, "IRFORGE_ARTIFACTS": str(tmp_path / "artifacts")}
+    result = irforge(run_env, "run", "cure", "--config", str(config), "--until", "annotations")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: empty.jsonl: empty file (0 bytes): no annotation records"]
+    # --debug: the same exit status, with the traceback.
+    nothing = _flow_config(tmp_path, ingest={"sources": [str(tmp_path / "no_such_folder")]})
+    debug = irforge(run_env, "--debug", "run", "cure", "--config", str(nothing))
+    assert debug.returncode == 2
+    assert (
+        "Traceback" in debug.stderr and "irforge.errors.ConfigError: stages.ingest.sources[0]" in debug.stderr
+    )
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if fields and fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        pid = todo.pop()
+        kids = {child for child, parent in parents.items() if parent == pid}
+        found |= kids
+        todo.extend(kids)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_sigterm_to_the_installed_command_stops_the_run_and_its_servers(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    pytest.importorskip("llama_cpp", reason="the demo's translate stage needs the embedded LLM server")
+    artifacts = tmp_path / "artifacts"
+    log = (tmp_path / "irforge.log").open("wb")  # not a pipe: a child server would hold it open
+    exe = Path(sys.executable).with_name("irforge")
+    run = subprocess.Popen(
+        [str(exe), "run", "cure", "--until", "translate"],
+        env={**env, "IRFORGE_ARTIFACTS": str(artifacts)},
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 240
+        while not any("llama_cpp.server" in _cmdline(p) for p in seen):  # translate is running
+            assert run.poll() is None and time.monotonic() < deadline, (tmp_path / "irforge.log").read_text()
+            seen |= _children(run.pid)
+            time.sleep(0.2)
+        time.sleep(1)
+        seen |= _children(run.pid)
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == 128 + signal.SIGTERM, (tmp_path / "irforge.log").read_text()[-3000:]
+        deadline = time.monotonic() + 15  # a zombie or a gone process has no command line
+        while any(_cmdline(p) for p in seen) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not {p: _cmdline(p) for p in seen if _cmdline(p)}  # no server outlives the run
+    finally:
+        if run.poll() is None:  # a failed assertion: still end it through its cleanup
+            seen |= _children(run.pid)
+            run.terminate()
+            try:
+                run.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                run.kill()
+        for pid in seen:
+            if _cmdline(pid):
+                os.kill(pid, signal.SIGKILL)
+    (record,) = (artifacts / "cure" / "runs").glob("*.json")
+    assert json.loads(record.read_text())["status"] == "failed"  # the run's except/finally ran
+    translate = artifacts / "cure" / "translate"
+    assert not [p for p in translate.iterdir() if not p.name.startswith(".")]  # nothing published
+    for stage in (artifacts / "cure").iterdir():
+        for artifact in stage.iterdir() if stage.is_dir() else ():
+            if not artifact.name.startswith(".") and artifact.is_dir():
+                assert (artifact / "manifest.json").is_file()  # only whole artifacts are visible
 
 
 def test_sigterm_runs_the_cleanup_handlers(tmp_path: Path) -> None:

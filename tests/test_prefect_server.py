@@ -55,6 +55,23 @@ def test_deployments_name_flows_that_exist() -> None:
         assert set(deployment["parameters"]) <= _flow_parameters(tree, func)
 
 
+def test_flow_artifacts_default_to_irforge_artifacts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A deployed run (no ``artifacts`` parameter) writes where the worker's environment says."""
+    from flows.run import CHECKOUT, artifact_root  # imports Prefect: only this test needs it
+
+    monkeypatch.delenv("IRFORGE_ARTIFACTS", raising=False)
+    monkeypatch.delenv("IRFORGE_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert artifact_root(None) == CHECKOUT / "data" / "artifacts"  # not the working directory's
+    monkeypatch.setenv("IRFORGE_HOME", str(tmp_path / "home"))
+    assert artifact_root(None) == tmp_path / "home" / "data" / "artifacts"
+    monkeypatch.setenv("IRFORGE_ARTIFACTS", "runs/a")
+    assert artifact_root(None) == tmp_path / "home" / "runs" / "a"
+    monkeypatch.setenv("IRFORGE_ARTIFACTS", str(tmp_path / "abs"))
+    assert artifact_root(None) == tmp_path / "abs"
+    assert artifact_root("given") == tmp_path / "given"  # a parameter wins, as `irforge run -a` passes it
+
+
 def _flow_name(node: ast.FunctionDef) -> str | None:
     for dec in node.decorator_list:
         if isinstance(dec, ast.Call) and isinstance(dec.func, ast.Name) and dec.func.id == "flow":
