@@ -11,15 +11,12 @@ Prefect's own traceback of a user error is not logged either. The console script
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
 import shutil
 import signal
 import sys
-import threading
-import time
 import traceback
 from collections.abc import Callable
 from functools import wraps
@@ -36,6 +33,7 @@ from rich.logging import RichHandler
 from rich.markup import escape
 
 from flows.registry import get_pipeline
+from flows.sigterm import Terminated, exit_on_sigterm, leave
 from irforge.artifacts import Artifact, ArtifactStore
 from irforge.errors import IrforgeError
 from irforge.runs import latest_fingerprints
@@ -374,65 +372,13 @@ def report(
     out.print(str(write_report(artifacts.resolve(), flow, run_id)), highlight=False)
 
 
-class _Terminated(SystemExit):
-    """SystemExit raised by the SIGTERM handler."""
-
-
-TERM_GRACE_S = 5.0  # Docker waits 10 s between SIGTERM and SIGKILL, Kubernetes 30 s
-_leaving = threading.Lock()
-
-
-def exit_on_sigterm(grace_s: float = TERM_GRACE_S) -> None:
-    """Turn SIGTERM (``kill``, a scheduler's cancel) into SystemExit, as Ctrl-C is turned into
-    KeyboardInterrupt: ``finally`` blocks and atexit handlers run, so the embedded LLM server
-    a run started is stopped instead of being left orphaned.
-
-    During a flow run Prefect's own handler is installed instead (it raises
-    ``TerminationSignal``, which unwinds the run the same way), and Prefect's task runner
-    then waits for the stage still running in its worker thread. So a watcher thread, told
-    of every signal through :func:`signal.set_wakeup_fd` whichever handler is installed,
-    ends the process ``grace_s`` after a SIGTERM at the latest, running the atexit handlers
-    first."""
-
-    def handler(signum: int, _frame: object) -> None:
-        signal.signal(signum, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
-        raise _Terminated(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    signal.set_wakeup_fd(write_end)
-    threading.Thread(target=_watch, args=(read_end, grace_s), name="irforge-sigterm", daemon=True).start()
-
-
-def _watch(read_end: int, grace_s: float) -> None:
-    while signal.SIGTERM not in (signals := os.read(read_end, 64)):
-        if not signals:
-            return
-    time.sleep(grace_s)
-    _leave(128 + signal.SIGTERM, grace_s)
-
-
-def _leave(code: int, grace_s: float = TERM_GRACE_S) -> None:
-    """Run the atexit handlers (they stop child servers) and exit without joining threads;
-    exit anyway if the handlers take longer than ``grace_s``."""
-    with _leaving:
-        last_resort = threading.Timer(grace_s, os._exit, (code,))
-        last_resort.daemon = True
-        last_resort.start()
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
 def main() -> None:
     """The ``irforge`` console script (``pyproject.toml`` ``[project.scripts]``)."""
     exit_on_sigterm()
     try:
         app()
-    except _Terminated as stop:  # the main thread has unwound: the run's finally blocks ran
-        _leave(stop.code if isinstance(stop.code, int) else 128 + signal.SIGTERM)
+    except Terminated as stop:  # the main thread has unwound: the run's finally blocks ran
+        leave(stop.code if isinstance(stop.code, int) else 128 + signal.SIGTERM)
 
 
 if __name__ == "__main__":

@@ -153,13 +153,15 @@ def _report(store: ArtifactStore, flow_name: str, run_id: str) -> Path | None:
 
 
 def stage_rows(outcomes: Sequence[tuple[str, StageOutcome]]) -> list[dict[str, Any]]:
-    """The run summary ``irforge run`` prints (irforge/summary.py), as plain table rows."""
+    """The run summary ``irforge run`` prints (irforge/summary.py), as plain table rows
+    (Prefect's UI reads cells as Markdown: an empty one is "none", since "-" draws a bullet)."""
     rows = []
     for name, outcome in outcomes:
         m = outcome.manifest
         counts = m["counts"]
         then = " (then)" if outcome.state == "reused" else ""
         reasons = sorted(counts["excluded_by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))
+        cost = ", ".join(f"{k} {v:g}" for k, v in m.get("cost", {}).items())
         rows.append(
             {
                 "stage": name,
@@ -168,11 +170,9 @@ def stage_rows(outcomes: Sequence[tuple[str, StageOutcome]]) -> list[dict[str, A
                 "rows in": counts["rows_in"],
                 "kept": counts["rows_out"],
                 "excluded": counts["rows_excluded"],
-                "excluded by reason": ", ".join(f"{k} {v}" for k, v in reasons) or "-",
+                "excluded by reason": ", ".join(f"{k} {v}" for k, v in reasons) or "none",
                 "time": f"{m['wall_s'] if then else outcome.wall_s:.2f}s{then}",
-                "cost": ", ".join(f"{k} {v:g}" for k, v in m.get("cost", {}).items()) + then
-                if m.get("cost")
-                else "-",
+                "cost": cost + then if cost else "none",
             }
         )
     return rows

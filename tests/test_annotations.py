@@ -180,7 +180,7 @@ def _jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 
 def test_fields_of_the_wrong_type_are_excluded_never_turned_into_text(tmp_path: Path) -> None:
-    records = [
+    records: list[dict[str, Any]] = [
         {**GOOD, "id": 1, "pmid": 12345},  # whole-number ids are fine
         {**GOOD, "id": "t1", "passage": {"t": 1}},
         {**GOOD, "id": "t2", "query": 42},

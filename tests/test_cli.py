@@ -130,7 +130,7 @@ def test_show_prints_excluded_rows_with_reasons(env: dict[str, str], first_run: 
 
 def test_config_edit_makes_only_filter_stale_naming_the_key(env: dict[str, str], tmp_path: Path) -> None:
     articles = REPO / "data" / "demo" / "articles"
-    config = {"stages": {"ingest": {"sources": [str(articles)]}, "filter": {"min_words": 10}}}
+    config: dict[str, Any] = {"stages": {"ingest": {"sources": [str(articles)]}, "filter": {"min_words": 10}}}
     path = tmp_path / "flow.yaml"
     path.write_text(yaml.safe_dump(config))
     assert irforge(env, "run", "cure", "--config", str(path)).returncode == 0

@@ -72,6 +72,28 @@ def test_flow_artifacts_default_to_irforge_artifacts(monkeypatch: pytest.MonkeyP
     assert artifact_root("given") == tmp_path / "given"  # a parameter wins, as `irforge run -a` passes it
 
 
+def test_worker_script_needs_an_environment_and_does_not_build_one(tmp_path: Path) -> None:
+    """infra/worker.sh starts the worker from the checkout's ``.venv``; it never reruns setup."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "PREFECT_API_URL": "http://127.0.0.1:9/api",
+        "IRFORGE_HOME": str(tmp_path),
+    }
+    done = subprocess.run(
+        ["bash", str(REPO / "infra" / "worker.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"worker: no environment in {tmp_path}/.venv: run 'bash scripts/setup.sh' there once first"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def _flow_name(node: ast.FunctionDef) -> str | None:
     for dec in node.decorator_list:
         if isinstance(dec, ast.Call) and isinstance(dec.func, ast.Name) and dec.func.id == "flow":
@@ -233,9 +255,15 @@ def _check_published(client: httpx.Client, flow_run_id: str, state: str, root: P
     assert artifacts["table"]["key"] == "cure-stages"
     report = root.resolve() / "cure" / "reports"
     assert f"({report.as_uri()}/" in artifacts["markdown"]["data"], artifacts["markdown"]["data"]
-    logs = _task_logs(client, flow_run_id)
-    for stage in STAGES:
-        assert any(m.startswith(f"{state.upper()} cure/{stage} ") for m in logs), (stage, logs)
+    # Prefect sends logs in batches, after the run's state may already say COMPLETED.
+    deadline = time.monotonic() + 30
+    while True:
+        logs = _task_logs(client, flow_run_id)
+        missing = [s for s in STAGES if not any(m.startswith(f"{state.upper()} cure/{s} ") for m in logs)]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert missing == [], logs
 
 
 @pytest.mark.slow
@@ -255,8 +283,9 @@ def test_schedule_fires_on_a_real_server(server: Server, tmp_path: Path) -> None
     try:
         deployment = client.get(f"/deployments/name/{DEPLOYMENT}").json()
         assert deployment["parameters"] == {"config": "flows/configs/cure.yaml"}
-        # One more schedule, a few seconds ahead, with parameters of its own (README step 5).
-        anchor = (datetime.now(UTC) + timedelta(seconds=8)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        # One more schedule, 15 s ahead (the next CLI call may take seconds under load), with
+        # parameters of its own (README step 5).
+        anchor = (datetime.now(UTC) + timedelta(seconds=15)).strftime("%Y-%m-%dT%H:%M:%SZ")
         schedule = [
             {
                 "schedule": {"interval": 604800, "anchor_date": anchor},
@@ -279,16 +308,17 @@ def test_schedule_fires_on_a_real_server(server: Server, tmp_path: Path) -> None
         irforge = [str(BIN / "irforge"), "run", "cure", "--until", "filter"]
         _run([*irforge, "-a", str(direct_root)], env, timeout=300)
         run = _wait_for_scheduled_run(server, deployment["id"], worker, worker_log)
+        print(f"scheduled run completed {time.monotonic() - started:.1f} s after the pool was created")
+        # Before the worker stops: its flow-run process may still be sending the run's logs.
+        _check_published(client, run["id"], "computed", scheduled_root)
     finally:
         _stop(worker)
-    print(f"scheduled run completed {time.monotonic() - started:.1f} s after the pool was created")
 
     assert run["parameters"] == {"config": "flows/configs/cure.yaml", "until": "filter"}
     scheduled, direct = _artifact_files(scheduled_root), _artifact_files(direct_root)
     assert {k.split("/")[0] for k in scheduled} == set(STAGES)
     assert scheduled.keys() == direct.keys()  # same stages, same fingerprints, same files
     assert [k for k in scheduled if scheduled[k] != direct[k]] == []
-    _check_published(client, run["id"], "computed", scheduled_root)
 
     # Run again from the CLI: every stage reused, and Prefect shows it.
     _run([*irforge, "-a", str(direct_root)], env, timeout=300)

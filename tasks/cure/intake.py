@@ -35,7 +35,6 @@ Side table ``queries`` (one per distinct query: same language and same normalise
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -47,16 +46,14 @@ from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from irforge.fingerprint import digest_bytes, digest_file
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.annotations.exports import (
-    NON_JSON,
-    ExportFormat,
-    export_format,
-    get_path,
-    json_default,
-    read_export,
-)
+from tasks.annotations.exports import ExportFormat, export_format, json_default, read_export
+from tasks.annotations.fields import Invalid as _Invalid
+from tasks.annotations.fields import conflicts as find_conflicts
+from tasks.annotations.fields import domains as _domains
+from tasks.annotations.fields import shown as _shown
+from tasks.annotations.fields import text as _text
 from tasks.annotations.linking import ArticleIndex, ArticleRef, link_passage, normalise
-from tasks.annotations.vocab import CURE_DOMAINS, domain_key, language_code, split_list
+from tasks.annotations.vocab import CURE_DOMAINS, domain_key, language_code
 
 
 class FieldMap(StrictModel):
@@ -178,75 +175,6 @@ def source(ctx: StageContext[AnnotationsConfig], _inputs: dict[str, Any]) -> Tab
     return TableSource(pa.Table.from_pylist(rows, schema=_SOURCE_SCHEMA))
 
 
-class _Invalid(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason, self.detail = reason, detail
-
-
-def _kind(value: object) -> str:
-    if isinstance(value, dict) and set(value) == {NON_JSON}:
-        return str(value[NON_JSON])  # bytes, a date, ... (see exports.json_default)
-    if isinstance(value, float) and math.isnan(value):
-        return "NaN"
-    names = {dict: "an object", list: "a list", bool: "a boolean", int: "a number", float: "a number"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _text(record: dict[str, Any], path: str | None, *, numbers: bool = False) -> str | None:
-    """The text at ``path``, whitespace-normalised; ``wrong_type`` for anything but a string
-    (or a whole number where ``numbers``: ids such as PMIDs are often exported as numbers)."""
-    if path is None:
-        return None
-    value = get_path(record, path)
-    if value is None:
-        return None
-    if numbers and type(value) is int:
-        value = str(value)
-    if not isinstance(value, str):
-        raise _Invalid("wrong_type", f"{path!r} is {_kind(value)}, not text")
-    return " ".join(value.split()) or None
-
-
-def _shown(record: dict[str, Any] | None, path: str) -> str | None:
-    """For an excluded row: the text at ``path`` when it is text."""
-    value = get_path(record, path) if record else None
-    return (" ".join(value.split()) or None) if isinstance(value, str) else None
-
-
-def _domains(record: dict[str, Any], path: str) -> list[str]:
-    value = get_path(record, path)
-    wrong = [
-        v for v in (value if isinstance(value, list) else [value]) if v is not None and not isinstance(v, str)
-    ]
-    if wrong:
-        raise _Invalid("wrong_type", f"{path!r} holds {_kind(wrong[0])}, not text")
-    return split_list(value)
-
-
-def _conflicts(rows: list[dict[str, Any]], config: AnnotationsConfig) -> dict[str, str]:
-    """record_key → why, for each record whose id another record with other content shares."""
-    by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    id_path = config.fields.record_id
-    for row in rows:
-        record = json.loads(row["record"]) if row["record"] is not None and id_path else None
-        record_id = get_path(record, id_path) if record and id_path else None
-        if isinstance(record_id, str | int) and not isinstance(record_id, bool):
-            by_id[str(record_id)].append({**row, "data": record})
-    out: dict[str, str] = {}
-    for record_id, same in by_id.items():
-        if len({r["record"] for r in same}) < 2:
-            continue  # identical copies: the later ones are duplicate_record
-        keys = sorted({k for r in same for k in r["data"]})
-        differ = [k for k in keys if len({json.dumps(r["data"].get(k), sort_keys=True) for r in same}) > 1]
-        for r in same:
-            others = ", ".join(f"{o['source_file']} row {o['row']}" for o in same if o is not r)
-            out[r["record_key"]] = (
-                f"record id {record_id!r} is also at {others}, with a different {', '.join(differ)}"
-            )
-    return out
-
-
 def _validate(record: dict[str, Any], config: AnnotationsConfig) -> dict[str, Any]:
     f = config.fields
     query, passage = _text(record, f.query), _text(record, f.passage)
@@ -313,7 +241,7 @@ def process(chunk: pa.Table, ctx: StageContext[AnnotationsConfig]) -> ChunkResul
     queries: dict[str, dict[str, Any]] = {}
     seen: dict[tuple[str, str], str] = {}
     rows = chunk.to_pylist()
-    conflicts = _conflicts(rows, config)
+    conflicts = find_conflicts(rows, config.fields.record_id)
     for row in rows:
         record = json.loads(row["record"]) if row["record"] is not None else None
         base = {"record_key": row["record_key"], "source_file": row["source_file"], "row": row["row"]}

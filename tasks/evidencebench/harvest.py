@@ -18,32 +18,27 @@ structs) and ``source_path``, the review file relative to the config's folder.
 
 Excluded (``reason``): per sentence ``no_citation``, ``multiple_citations``,
 ``unresolved_reference``, ``cited_twice_in_section`` (with ``cited_ref_ids``); per review
-(``unit_id`` = the review id) ``unreadable``, ``too_large``, ``malformed_xml``, ``not_jats``
+(``unit_id`` = the review id) ``unreadable`` and the other refusals of
+:mod:`tasks.text.discovery` (``outside_source_root``, ...), ``too_large``, ``malformed_xml``, ``not_jats``
 and ``duplicate_review`` (same review id as an earlier file, which is the one harvested).
 """
 
 from __future__ import annotations
 
-import glob
-import os
 from collections.abc import Iterator
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pydantic import Field
 
 from irforge.config import StrictModel
-from irforge.errors import ConfigError
-from irforge.fingerprint import digest_file
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.cure.ingest import article_id
 from tasks.evidence.harvest import EvidenceSummary, ExcludedUnit, SectionScope, harvest_review
+from tasks.text.discovery import discover, read_input, refusal
 from tasks.text.document import InputRejected
 from tasks.text.jats import parse_jats
-
-UNREADABLE = "unreadable:"
 
 
 class HarvestConfig(StrictModel):
@@ -112,59 +107,9 @@ _SOURCE_SCHEMA = pa.schema(
 )
 
 
-def discover(patterns: tuple[str, ...], extensions: tuple[str, ...], base_dir: Path, field: str) -> list[str]:
-    """Files matching folders or globs, as paths relative to ``base_dir`` (also when outside it), sorted.
-
-    ``field`` names the config entry in the error raised when a pattern matches nothing.
-    """
-    found: set[Path] = set()
-    for index, pattern in enumerate(patterns):
-        path = (base_dir / pattern).resolve()
-        if not glob.has_magic(pattern) and path.is_dir():
-            matches = [p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(extensions)]
-        elif not glob.has_magic(pattern) and path.is_file():
-            matches = [path]
-        else:
-            # glob.glob, not Path.glob: patterns may be absolute or climb out with "..".
-            matches = [Path(p).resolve() for p in glob.glob(str(base_dir / pattern), recursive=True)]  # noqa: PTH207
-            matches = [p for p in matches if p.is_file()]
-        if not matches:
-            raise ConfigError(
-                f"{field}[{index}]: no such folder, or no file matches: {pattern!r} (resolved against {base_dir})"
-            )
-        found.update(matches)
-    # Relative paths keep fingerprints and artifacts the same in every checkout of the config.
-    return sorted(os.path.relpath(p, base_dir.resolve()) for p in found)
-
-
-def file_digests(files: list[str], base_dir: Path) -> dict[str, str]:
-    """Content digest per file; an unreadable file gets ``unreadable:<why>`` (fixing it makes the stage stale)."""
-    digests: dict[str, str] = {}
-    for file in files:
-        try:
-            digests[file] = digest_file(base_dir / file)
-        except OSError as err:
-            digests[file] = f"{UNREADABLE}{err.strerror}"
-    return digests
-
-
-def read_input(path: Path, digest: str, max_bytes: int) -> bytes:
-    """The bytes of a discovered file; :class:`InputRejected` when it cannot or should not be read."""
-    if digest.startswith(UNREADABLE):
-        raise InputRejected("unreadable", digest.removeprefix(UNREADABLE))
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise InputRejected("too_large", f"{size} bytes > max_bytes {max_bytes}")
-        return path.read_bytes()
-    except OSError as err:
-        raise InputRejected("unreadable", str(err.strerror)) from None
-
-
 def inputs(ctx: StageContext[HarvestConfig]) -> dict[str, Any]:
     config = ctx.config
-    files = discover(config.reviews, config.extensions, ctx.base_dir, "stages.harvest.reviews")
-    return {"files": file_digests(files, ctx.base_dir)}
+    return {"files": discover(config.reviews, config.extensions, ctx.base_dir, "stages.harvest.reviews")}
 
 
 def source(ctx: StageContext[HarvestConfig], material: dict[str, Any]) -> TableSource:
@@ -181,7 +126,7 @@ def _harvest_file(
 ) -> Iterator[dict[str, Any]]:
     config = ctx.config
     # Until the file names itself, the review is known by its path or digest.
-    review_id = f"file:{path}" if digest.startswith(UNREADABLE) else f"file:{digest[:16]}"
+    review_id = f"file:{path}" if refusal(digest) else f"file:{digest[:16]}"
     try:
         data = read_input(ctx.base_dir / path, digest, config.max_bytes)
         review_id = article_id(parse_jats(data).meta, digest)

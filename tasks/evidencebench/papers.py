@@ -41,7 +41,7 @@ from pydantic import Field
 from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.evidence.paper_pool import paper_pool
-from tasks.evidencebench.harvest import discover, file_digests, read_input
+from tasks.text.discovery import discover, read_input
 from tasks.text.document import ArticleMeta, InputRejected
 from tasks.text.jats import parse_jats
 
@@ -127,8 +127,7 @@ class _PaperFile:
 
 def inputs(ctx: StageContext[PapersConfig]) -> dict[str, Any]:
     config = ctx.config
-    files = discover(config.papers, config.extensions, ctx.base_dir, "stages.papers.papers")
-    return {"files": file_digests(files, ctx.base_dir)}
+    return {"files": discover(config.papers, config.extensions, ctx.base_dir, "stages.papers.papers")}
 
 
 def normalise_title(title: str) -> str:

@@ -114,14 +114,15 @@ def _globbed(base_dir: Path, pattern: str, suffixes: tuple[str, ...], allow: boo
     """Matches of a glob; its root is the longest folder of the pattern without wildcards."""
     parts = Path(pattern).parts
     plain = parts[: next(i for i, p in enumerate(parts) if glob.has_magic(p))]
-    root = (base_dir / Path(*plain)).resolve() if plain else base_dir.resolve()
+    start = Path(os.path.normpath((base_dir / Path(*plain)).absolute()))
+    root = start.resolve()
     out: dict[Path, str] = {}
     # glob.glob, not Path.glob: patterns may be absolute or climb out with "..".
     for match in glob.glob(str(base_dir / pattern), recursive=True):  # noqa: PTH207
         path = Path(os.path.realpath(Path(match).parent)) / Path(match).name
         if path.is_dir() and not path.name.lower().endswith(suffixes):
             continue  # a folder the pattern also matches: not an input
-        loop = _loop_through(Path(match), base_dir)
+        loop = _loop_through(Path(match), start)
         if loop is not None:  # glob's "**" follows links to folders, round a loop too
             out[loop] = f"symlink_loop:link to {str(loop.readlink())!r}, a folder that contains it"
             continue
@@ -129,9 +130,10 @@ def _globbed(base_dir: Path, pattern: str, suffixes: tuple[str, ...], allow: boo
     return out
 
 
-def _loop_through(match: Path, base_dir: Path) -> Path | None:
-    current = Path(os.path.realpath(base_dir))
-    for part in Path(os.path.relpath(match.absolute(), current)).parts[:-1]:
+def _loop_through(match: Path, start: Path) -> Path | None:
+    """The first link to a folder that contains it on ``match``'s path below ``start``."""
+    current = start
+    for part in Path(os.path.relpath(os.path.normpath(match.absolute()), start)).parts[:-1]:
         parent, current = current, current / part
         if current.is_symlink() and current.is_dir():
             real = os.path.realpath(current)
