@@ -157,10 +157,12 @@ def run(
     for name in (from_stage, only, until):
         if name is not None:
             pipeline.spec(name)
+    from flows.ephemeral import guard_temporary_server  # noqa: PLC0415 -- imports Prefect
     from flows.run import FLOWS  # noqa: PLC0415 -- Prefect is slow to import: only `run` needs it
 
     if not _debug():
         _quiet_prefect_on_user_errors()
+    guard_temporary_server()
     result = FLOWS[flow](
         config=str(config) if config else None,
         artifacts=str(artifacts),

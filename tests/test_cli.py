@@ -267,6 +267,40 @@ def test_sigterm_to_the_installed_command_stops_the_run_and_its_servers(
                 assert (artifact / "manifest.json").is_file()  # only whole artifacts are visible
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_a_sigkilled_run_takes_prefects_temporary_server_with_it(env: dict[str, str], tmp_path: Path) -> None:
+    # SIGKILL runs no handler at all: only the watchdog beside the server (flows/watchdog.py) can stop it.
+    exe = Path(sys.executable).with_name("irforge")
+    run = subprocess.Popen(
+        [str(exe), "run", "cure", "--until", "filter"],
+        env={**env, "IRFORGE_ARTIFACTS": str(tmp_path / "artifacts")},
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    servers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while not servers:
+            assert run.poll() is None and time.monotonic() < deadline, (
+                "the run ended before its server started"
+            )
+            servers = {p for p in _children(run.pid) if "prefect.server.api.server" in _cmdline(p)}
+            time.sleep(0.1)
+        run.kill()
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while any(_cmdline(p) for p in servers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not {p: _cmdline(p) for p in servers if _cmdline(p)}  # the temporary server is gone
+    finally:
+        if run.poll() is None:
+            run.kill()
+        for pid in servers:
+            if _cmdline(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_sigterm_runs_the_cleanup_handlers(tmp_path: Path) -> None:
     # What `irforge` does on SIGTERM: atexit handlers (close_local_servers) run and the exit
     # status says which signal ended it.
