@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from irforge.errors import IrforgeError
+from tasks.annotations.vocab import CURE_DOMAINS
 
 ALL_SPLIT: Final = "all"
 """The union of every domain's rows. ``datasets`` reserves the split name: ``split="all"``
@@ -21,18 +22,7 @@ CORPUS: Final = "corpus"
 QRELS: Final = "qrels"
 CONFIGS: Final = (CORPUS, *(f"queries-{lang}" for lang in LANGUAGES), QRELS)
 """Config names MTEB's CUREv1 task loads, in the order the card lists them."""
-CUREV1_DOMAINS: Final = (
-    "dentistry_and_oral_health",
-    "dermatology",
-    "gastroenterology",
-    "genetics",
-    "neuroscience_and_neurology",
-    "orthopedic_surgery",
-    "otorhinolaryngology",
-    "plastic_surgery",
-    "psychiatry_and_psychology",
-    "pulmonology",
-)
+CUREV1_DOMAINS: Final = CURE_DOMAINS
 """CUREv1's domain splits (reference/cure_layout.md); a release may have fewer (or others)."""
 SCORES: Final = (0, 1, 2)
 """Graded relevance: 0 not relevant, 1 partially relevant, 2 relevant (CURE §2.3)."""
