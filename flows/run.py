@@ -35,6 +35,7 @@ from irforge.engine import StageOutcome
 from irforge.pipeline import Selection, Step, execute_step, select_steps
 from irforge.progress import RichProgress
 from irforge.runs import RunRecorder, new_run_id
+from irforge.summary import summary_rows
 from tasks.llm.config import close_local_servers
 from tasks.report.html import write_report
 
@@ -153,29 +154,10 @@ def _report(store: ArtifactStore, flow_name: str, run_id: str) -> Path | None:
 
 
 def stage_rows(outcomes: Sequence[tuple[str, StageOutcome]]) -> list[dict[str, Any]]:
-    """The run summary ``irforge run`` prints (irforge/summary.py), as plain table rows
+    """The run summary ``irforge run`` prints, every exclusion reason named, as table rows
     (Prefect's UI reads cells as Markdown: an empty one is "none", since "-" draws a bullet)."""
-    rows = []
-    for name, outcome in outcomes:
-        m = outcome.manifest
-        counts = m["counts"]
-        then = " (then)" if outcome.state == "reused" else ""
-        reasons = sorted(counts["excluded_by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))
-        cost = ", ".join(f"{k} {v:g}" for k, v in m.get("cost", {}).items())
-        rows.append(
-            {
-                "stage": name,
-                "state": outcome.state,
-                "fingerprint": outcome.artifact.fingerprint,
-                "rows in": counts["rows_in"],
-                "kept": counts["rows_out"],
-                "excluded": counts["rows_excluded"],
-                "excluded by reason": ", ".join(f"{k} {v}" for k, v in reasons) or "none",
-                "time": f"{m['wall_s'] if then else outcome.wall_s:.2f}s{then}",
-                "cost": cost + then if cost else "none",
-            }
-        )
-    return rows
+    rows = summary_rows(outcomes, reasons_limit=1_000_000)
+    return [{k: "none" if v in (None, "") else v for k, v in row.items()} for row in rows]
 
 
 def _publish(

@@ -31,36 +31,57 @@ def _num(value: Any) -> str:
     return "-" if value is None else f"{value:,}"
 
 
-def run_summary(flow: str, outcomes: Sequence[tuple[str, StageOutcome]]) -> Table:
-    table = Table(title=f"irforge run {flow}", title_justify="left")
-    for col, justify in [
-        ("stage", "left"),
-        ("state", "left"),
-        ("fingerprint", "left"),
-        ("in", "right"),
-        ("kept", "right"),
-        ("excluded", "right"),
-        ("excluded by reason", "left"),
-        ("time", "right"),
-        ("rows/s", "right"),
-    ]:
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+def summary_rows(
+    outcomes: Sequence[tuple[str, StageOutcome]], *, reasons_limit: int = 4
+) -> list[dict[str, str]]:
+    """One row of plain text per stage: what ``irforge run`` prints and what a flow run
+    publishes to Prefect (``flows/run.py``). A reused stage shows its time and cost of then."""
+    rows = []
     for name, outcome in outcomes:
         m = outcome.manifest
         counts = m["counts"]
-        style = _STATE_STYLE.get(outcome.state, "")
-        stage_time = outcome.wall_s if outcome.state != "reused" else m["wall_s"]
-        table.add_row(
-            name,
-            f"[{style}]{outcome.state}[/]",
-            outcome.artifact.fingerprint,
-            _num(counts["rows_in"]),
-            _num(counts["rows_out"]),
-            _num(counts["rows_excluded"]),
-            _reasons(counts["excluded_by_reason"]),
-            f"{stage_time:.2f}s" + (" (then)" if outcome.state == "reused" else ""),
-            _num(int(m["rows_per_s"])) if m.get("rows_per_s") else "-",
+        then = " (then)" if outcome.state == "reused" else ""
+        cost = ", ".join(f"{k} {v:g}" for k, v in m.get("cost", {}).items())
+        rows.append(
+            {
+                "stage": name,
+                "state": outcome.state,
+                "fingerprint": outcome.artifact.fingerprint,
+                "in": counts["rows_in"],
+                "kept": counts["rows_out"],
+                "excluded": counts["rows_excluded"],
+                "excluded by reason": _reasons(counts["excluded_by_reason"], reasons_limit),
+                "time": f"{m['wall_s'] if then else outcome.wall_s:.2f}s{then}",
+                "rows/s": int(m["rows_per_s"]) if m.get("rows_per_s") else None,
+                "cost": cost + then if cost else None,
+            }
         )
+    return rows
+
+
+_RUN_COLUMNS = (
+    "stage",
+    "state",
+    "fingerprint",
+    "in",
+    "kept",
+    "excluded",
+    "excluded by reason",
+    "time",
+    "rows/s",
+)
+_RIGHT = {"in", "kept", "excluded", "time", "rows/s"}
+
+
+def run_summary(flow: str, outcomes: Sequence[tuple[str, StageOutcome]]) -> Table:
+    table = Table(title=f"irforge run {flow}", title_justify="left")
+    for col in _RUN_COLUMNS:
+        table.add_column(col, justify="right" if col in _RIGHT else "left")
+    for row in summary_rows(outcomes):
+        style = _STATE_STYLE.get(row["state"], "")
+        cells = [row[c] if isinstance(row[c], str) else _num(row[c]) for c in _RUN_COLUMNS]
+        cells[_RUN_COLUMNS.index("state")] = f"[{style}]{row['state']}[/]"
+        table.add_row(*cells)
     return table
 
 
