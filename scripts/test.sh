@@ -30,4 +30,5 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache   # the layers of pyproject.toml [tool.importlinter]
 .venv/bin/pytest -q "$@"

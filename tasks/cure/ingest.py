@@ -38,7 +38,7 @@ from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.text.discovery import discover as discover_files
 from tasks.text.discovery import read_input, refusal
-from tasks.text.document import ArticleMeta, InputRejected
+from tasks.text.document import InputRejected
 from tasks.text.reading import read_metadata
 from tasks.text.sniff import sniff
 
@@ -126,21 +126,13 @@ def source(ctx: StageContext[IngestConfig], material: dict[str, Any]) -> TableSo
     return TableSource(pa.Table.from_pylist(rows, schema=_SOURCE_SCHEMA))
 
 
-def article_id(meta: ArticleMeta, digest: str) -> str:
-    if meta.pmcid:
-        return meta.pmcid
-    if meta.doi:
-        return f"doi:{meta.doi}"
-    return f"file:{digest[:16]}"
-
-
 def _ingest_one(path: str, digest: str, ctx: StageContext[IngestConfig]) -> dict[str, Any]:
     data = read_input(ctx.base_dir / path, digest, ctx.config.max_bytes)
     size = len(data)
     sniffed = sniff(path, data)
     meta = read_metadata(data, sniffed)
     return {
-        "article_id": article_id(meta, digest),
+        "article_id": meta.article_id(digest),
         "source_path": path,
         "digest": digest,
         "size_bytes": size,

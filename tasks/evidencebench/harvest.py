@@ -34,7 +34,6 @@ from pydantic import Field
 
 from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.cure.ingest import article_id
 from tasks.evidence.harvest import EvidenceSummary, ExcludedUnit, SectionScope, harvest_review
 from tasks.text.discovery import discover, read_input, refusal
 from tasks.text.document import InputRejected
@@ -129,7 +128,7 @@ def _harvest_file(
     review_id = f"file:{path}" if refusal(digest) else f"file:{digest[:16]}"
     try:
         data = read_input(ctx.base_dir / path, digest, config.max_bytes)
-        review_id = article_id(parse_jats(data).meta, digest)
+        review_id = parse_jats(data).meta.article_id(digest)
         first = harvested.setdefault(review_id, path)
         if first != path:
             raise InputRejected("duplicate_review", f"review {review_id} is already harvested from {first}")

@@ -42,6 +42,14 @@ class ArticleMeta:
     language: str | None = None  # ISO 639-1 when the file declares it
     article_type: str | None = None
 
+    def article_id(self, digest: str) -> str:
+        """A stable id: the PMCID, else ``doi:<doi>``, else ``file:`` + the file digest's head."""
+        if self.pmcid:
+            return self.pmcid
+        if self.doi:
+            return f"doi:{self.doi}"
+        return f"file:{digest[:16]}"
+
 
 @dataclass(frozen=True)
 class Block:

@@ -1,0 +1,1 @@
+"""Expert annotation exports: readers, field checks, vocabularies, linking to passages."""
