@@ -1,4 +1,4 @@
-"""Prefect wiring: each stage a task, the flow a DAG of them (DESIGN §3).
+"""Prefect wiring: each stage a task, the flow a DAG of them.
 
 Reuse is decided by the stage engine from content fingerprints, not by Prefect's cache
 (which would hash only this wrapper's source), so tasks run with ``NO_CACHE``. What a

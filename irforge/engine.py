@@ -1,4 +1,4 @@
-"""Runs one stage under the stage contract (DESIGN §4).
+"""Runs one stage under the stage contract (:mod:`irforge.stage`).
 
 Reuse an artifact whose fingerprint exists; otherwise process the input in chunks, each
 persisted as it finishes under ``.work-<fingerprint>/`` (a killed run resumes from the

@@ -1,4 +1,4 @@
-"""Values by key in one SQLite table: the common ground of the caches of paid requests (DESIGN §4).
+"""Values by key in one SQLite table: the common ground of the caches of paid requests.
 
 The reply cache (:class:`tasks.llm.cache.ReplyCache`) and the translation cache
 (:class:`tasks.translate.port.TranslationCache`) differ only in their table and in how a value

@@ -42,14 +42,14 @@ PY
 
 # uv does not read pip's configuration: pass on the wheel folders it names (find-links), so
 # the CPU build of torch that lies on this machine's disk is the one installed, as with pip
-# (reference/environment.md: other torch builds are several GB of CUDA wheels).
+# (other torch builds are several GB of CUDA wheels).
 find_links=()
 for dir in $("$python" -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$/\1/p" | tr ' ' '\n' | sort -u); do
   if [ -d "$dir" ]; then find_links+=(--find-links "$dir"); fi
 done
 
 # llama-cpp-python has no wheel on PyPI: build one once (minutes) into a wheel folder outside
-# the clone, with the flags that avoid the AMX segfault (reference/environment.md).
+# the clone, with the flags that avoid the default build's segfault in the AMX path.
 wheels="$cache/wheels"
 llama=$(grep -i '^llama-cpp-python==' constraints.txt | cut -d= -f3)
 if ! ls "$wheels"/llama_cpp_python-"$llama"-*.whl >/dev/null 2>&1; then

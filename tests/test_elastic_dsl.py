@@ -1,10 +1,10 @@
 """The Elasticsearch adapter: its request bodies, and its protocol with the official client.
 
-The expected bodies below are written from the Elasticsearch documentation summarised in
-reference/components.md §1 (match / match_phrase / fuzziness, top-level knn, dense_vector
-index_options, the rrf retriever), not from the adapter's output. The end-to-end tests run
-the real ``elasticsearch`` 8.x client against ``tests/es_server.py``; ranking quality against
-a real server is the conformance suite's (``ES_URL=... pytest -m service``).
+The expected bodies below are written from the Elasticsearch documentation (match /
+match_phrase / fuzziness, top-level knn, dense_vector index_options, the rrf retriever:
+https://www.elastic.co/docs/reference/query-languages/querydsl), not from the adapter's output.
+The end-to-end tests run the real ``elasticsearch`` 8.x client against ``tests/es_server.py``;
+ranking quality against a real server is the conformance suite's (``ES_URL=... pytest -m service``).
 """
 
 from __future__ import annotations

@@ -28,10 +28,9 @@ from tasks.evidence.alignment import (
 from tasks.evidence.llm_steps import (
     PLACEHOLDERS,
     SUITABLE,
+    aspects_request,
     decompose_request,
-    label_request,
     labels_validator,
-    leak_check_request,
     load_prompt,
     parse_aspects,
     parse_hypothesis,
@@ -242,7 +241,7 @@ def test_aspect_parser_rejects_bad_lists(reply: str, reason: str) -> None:
 
 def test_leak_check_round_trip() -> None:
     aspects = ["AA raised the risk of ccRCC.", "The OR was 1.25."]
-    text = content(leak_check_request("l1", PARAGRAPH, aspects))
+    text = content(aspects_request("leak_check", "l1", PARAGRAPH, aspects))
     assert "1. AA raised the risk of ccRCC.\n2. The OR was 1.25." in text and PARAGRAPH in text
     assert parse_leak_check("Aspect 2 adds a p-value.\nDECISION: yes") is True
     assert parse_leak_check("All from the statement.\nDECISION: No") is False
@@ -251,7 +250,7 @@ def test_leak_check_round_trip() -> None:
     with pytest.raises(ReplyInvalid, match="no line starts with the keyword DECISION:"):
         parse_leak_check("Judgment: True")
     with pytest.raises(ValueError, match="no aspect given"):
-        leak_check_request("l1", PARAGRAPH, [])
+        aspects_request("leak_check", "l1", PARAGRAPH, [])
 
 
 # -- labels ------------------------------------------------------------------------------
@@ -259,7 +258,7 @@ def test_leak_check_round_trip() -> None:
 
 def test_label_round_trip_gives_one_label_per_aspect_in_order() -> None:
     aspects = ["92 patients were enrolled.", "The OR was 1.25.", "AA is a known carcinogen."]
-    text = content(label_request("b1", PARAGRAPH, aspects))
+    text = content(aspects_request("label", "b1", PARAGRAPH, aspects))
     assert "1. 92 patients were enrolled.\n2. The OR was 1.25.\n3. AA is a known carcinogen." in text
     validate = labels_validator(3)
     assert validate("LABELS:\n1: methods\n2: Results\n3: background") == ("methods", "results", "background")

@@ -17,10 +17,9 @@ import pytest
 from tasks.evidence.alignment import align
 from tasks.evidence.grammars import aspects_grammar, choice_grammar, labels_grammar
 from tasks.evidence.llm_steps import (
+    aspects_request,
     decompose_request,
-    label_request,
     labels_validator,
-    leak_check_request,
     parse_aspects,
     parse_leak_check,
 )
@@ -99,7 +98,8 @@ def test_alignment_with_grammar_answers_every_window_then_comes_from_the_cache(
 
 def test_label_step_gives_three_labels(model: ChatModel, cache: ReplyCache) -> None:
     request = replace(
-        label_request("label-1", SUMMARY, THREE_ASPECTS, sampling=sampling(40)), grammar=labels_grammar(3)
+        aspects_request("label", "label-1", SUMMARY, THREE_ASPECTS, sampling=sampling(40)),
+        grammar=labels_grammar(3),
     )
     outcomes, stats = cached_chat(model, cache, [request], labels_validator(3))
     (outcome,) = outcomes
@@ -128,7 +128,7 @@ def test_decompose_and_leak_check_replies_parse(model: ChatModel, cache: ReplyCa
         aspects = tuple(THREE_ASPECTS)
 
     leak = replace(
-        leak_check_request("leak-1", SUMMARY, list(aspects), sampling=sampling(16)),
+        aspects_request("leak_check", "leak-1", SUMMARY, list(aspects), sampling=sampling(16)),
         grammar=choice_grammar("DECISION", ("yes", "no")),
     )
     (verdict,), stats = cached_chat(model, cache, [leak], parse_leak_check)

@@ -691,7 +691,7 @@ def test_an_instance_with_too_few_aligned_aspects_is_excluded_for_low_coverage(t
 
     run, server = _faulty(tmp_path, hook)
     assert by_unit(run["align"].ran.kept)[UNIT["[4]"]]["aspect_sentences"] == [[0, 7], [], []]
-    # Dropped before its labels are paid for (DESIGN's order: coverage filter, then labels).
+    # Dropped before its labels are paid for (the coverage filter comes before the labels).
     label = run["label"].ran
     [low] = label.excluded
     assert (low["unit_id"], low["reason"], low["step"], low["attempts"]) == (

@@ -8,6 +8,7 @@ page is then opened in headless Chromium and the assertions are on the DOM Chrom
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from irforge.runs import RunRecorder
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema
 from tasks.report.data import ReportError, load_report
 from tasks.report.html import render_report, write_report
+from tasks.rerank.cutoff import PoolCutoff
 
 FLOW = "cure"
 RUN_ID = "20260301T120000000000Z"
@@ -40,6 +42,12 @@ class HandmadeConfig(StrictModel):
     what: str = "handmade"
 
 
+class JudgeCutoffConfig(StrictModel):
+    """Just the key of the judge's config that the report reads: the pool cut-off it applied."""
+
+    pool: PoolCutoff
+
+
 def _publish(
     root: Path,
     name: str,
@@ -52,6 +60,7 @@ def _publish(
     upstream: dict[str, str] | None = None,
     files: dict[str, bytes] | None = None,
     flow: str = FLOW,
+    config: StrictModel | None = None,
 ) -> StageOutcome:
     """Publish ``kept`` (plus excluded rows, side tables, cost, files) as stage ``name`` via the engine.
 
@@ -62,10 +71,11 @@ def _publish(
     excluded_table = pa.Table.from_pylist(excluded or [], excluded_schema)
     units = pa.concat_tables([kept.select(list(key)), excluded_table.select(list(key))])
     result = ChunkResult(kept, excluded_table, tables or {}, cost or {})
-    spec: StageSpec[HandmadeConfig] = StageSpec(
+    config = config or HandmadeConfig()
+    spec: StageSpec[StrictModel] = StageSpec(
         name=name,
         version=1,
-        config_type=HandmadeConfig,
+        config_type=type(config),
         upstream=tuple(upstream or {}),
         schema=kept.schema,
         excluded_schema=excluded_schema,
@@ -75,13 +85,11 @@ def _publish(
         tables={n: t.schema for n, t in (tables or {}).items()},
         whole_input=True,
     )
-    plan = StagePlan.make(spec, StageContext(HandmadeConfig(), root), upstream or {})
+    plan = StagePlan.make(spec, StageContext(config, root), upstream or {})
     return run_stage(plan, ArtifactStore(root), flow, ExecutionConfig())
 
 
-def _write_files(
-    ctx: StageContext[HandmadeConfig], files: dict[str, bytes], result: ChunkResult
-) -> ChunkResult:
+def _write_files(ctx: StageContext[StrictModel], files: dict[str, bytes], result: ChunkResult) -> ChunkResult:
     if files:
         assert ctx.files_dir is not None, "run through the stage engine"
         for relative, content in files.items():
@@ -107,7 +115,7 @@ def _pool_tables(histogram_pairs: bool = True) -> tuple[pa.Table, dict[str, pa.T
             "query_id": [r[0] for r in rows],
             "passage_id": [r[1] for r in rows],
             "domain": [r[2] for r in rows],
-            "logit": pa.array([0.0] * len(rows), pa.float64()),
+            "logit": pa.array([math.log(r[3] / (1 - r[3])) for r in rows], pa.float64()),
             "probability": pa.array([r[3] for r in rows], pa.float64()),
             "rank": pa.array(range(1, len(rows) + 1), pa.int64()),
         }
@@ -335,6 +343,37 @@ def test_pool_sizes_counts_and_histograms(store: Path) -> None:
     )
     assert [b.pairs for b in pool.histograms["genetics"]] == _pairs("genetics")
     assert pool.histograms["genetics"][0].low == 0.0 and pool.histograms["genetics"][-1].high == 1.0
+
+
+def test_pool_sizes_follow_the_runs_configured_cutoff(tmp_path: Path) -> None:
+    """Issue 15 §6: the report counts pools under the run's own cut-off, not a constant 0.42."""
+    rows, tables = _pool_tables()
+    pool = _publish(tmp_path, "pool", rows, ("query_id", "passage_id"), tables=tables)
+    judge = _publish(
+        tmp_path,
+        "judge",
+        _judge_table(),
+        ("query_id", "passage_id"),
+        upstream={"pool": pool.artifact.fingerprint},
+        config=JudgeCutoffConfig(pool=PoolCutoff(threshold=0.6)),
+    )
+    _record(tmp_path, RUN_ID, "2026-03-01T12:00:00+00:00", {"pool": pool, "judge": judge})
+    report = load_report(tmp_path, FLOW)
+    assert report.pool is not None
+    # 0.95 and 0.6 in dermatology, 0.8 in genetics (at 0.42 it would be 3, 1, 4).
+    assert [d.pool_size for d in (*report.pool.domains, report.pool.total)] == [2, 1, 3]
+    assert report.pool.cutoff.source == "the judge stage's config"
+    assert "p ≥ 0.6" in render_report(report)
+
+    # No judge in the run: the config file its record names (a logit cut-off, the best pair of each query).
+    (tmp_path / f"{FLOW}.yaml").write_text(
+        "stages:\n  judge:\n    pool: {threshold: -0.5, scale: logit, max_per_query: 1}\n", encoding="utf-8"
+    )
+    _record(tmp_path, "20260302T120000000000Z", "2026-03-02T12:00:00+00:00", {"pool": pool})
+    pool_section = load_report(tmp_path, FLOW).pool
+    assert pool_section is not None and pool_section.cutoff.cutoff.scale == "logit"
+    # logit >= -0.5 is p >= 0.378: q1 has three such pairs but keeps its best one; q2 and q3 one each.
+    assert [d.pool_size for d in (*pool_section.domains, pool_section.total)] == [2, 1, 3]
 
 
 def test_judge_qrels_evaluate_release_sections(store: Path) -> None:

@@ -9,7 +9,7 @@ key_args=()
 if [ -n "${VLLM_API_KEY:-}" ]; then key_args=(--api-key "$VLLM_API_KEY"); fi
 case "$what" in
   judge)
-    # 72B in 4-bit AWQ fits one H100/H200 (components.md §2); prefix caching is on by default
+    # 72B in 4-bit AWQ (~41 GB) fits one H100/H200; prefix caching is on by default
     # and the judge puts the shared instructions and query before each passage.
     exec vllm serve "${JUDGE_MODEL:-Qwen/Qwen2.5-72B-Instruct-AWQ}" \
       --port "${JUDGE_PORT:-8000}" --max-model-len 8192 --generation-config vllm \

@@ -1,4 +1,4 @@
-"""Pick the pooling cut-off from a human-labelled sample, as CURE did (§2.3, DESIGN §5).
+"""Pick the pooling cut-off from a human-labelled sample, as CURE did (CURE §2.3).
 
 For each threshold t: the *relevant rate* is the share of labelled relevant pairs
 (grade ≥ ``relevant_min``) whose score is ≥ t, the *irrelevant rate* the same share of

@@ -1,4 +1,4 @@
-"""Stage ``filter``: drop low-quality passages with the Gopher heuristics (DESIGN §5).
+"""Stage ``filter``: drop low-quality passages with the Gopher heuristics (arXiv 2112.11446, App. A).
 
 CURE applied "a selection" of Gopher's quality heuristics to passages. The passage
 profile keeps every quality and repetition rule of Gopher, switchable and thresholded in

@@ -1,7 +1,7 @@
 """Stage ``judge``: an LLM grades every pooled pair 0 / 1 / 2 with an explanation (CURE §2.3, App. B).
 
 The pairs are the ``pool`` stage's stored scores seen through a cut-off (``pool``:
-0.42 on the sigmoid by default, DESIGN §5), so a new cut-off reruns only this stage.
+0.42 on the sigmoid by default), so a new cut-off reruns only this stage.
 
 The prompt is ``prompts/cure_judge.md`` (our wording of CURE's Appendix B: the clinical
 role of the query's domain from ``prompts/cure_clinical_roles.yaml``, the reasoning
@@ -30,7 +30,6 @@ import functools
 import hashlib
 import json
 from pathlib import Path
-from string import Template
 from typing import Any
 
 import pyarrow as pa
@@ -41,11 +40,13 @@ from pydantic import Field
 from irforge.config import StrictModel
 from irforge.errors import ConfigError, IrforgeError
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.cure.pool import PoolCutoff, pool_view
+from tasks.cure.pool import pool_view
 from tasks.cure.queries import english_queries
 from tasks.llm.cache import ReplyCache, cached_chat
 from tasks.llm.config import LLMConfig, chat_model, cost_usd, describe
 from tasks.llm.port import ChatFailure, ChatReply, ChatRequest, ReplyInvalid
+from tasks.llm.prompt import load_template
+from tasks.rerank.cutoff import PoolCutoff
 
 PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
 
@@ -130,8 +131,8 @@ class JudgePrompt:
     """The judge template with its roles and examples, rendered per pair."""
 
     def __init__(self, config: JudgeConfig, base_dir: Path) -> None:
-        self.template_text = _prompt_file(base_dir, config.prompt).read_text(encoding="utf-8")
-        self.template = Template(self.template_text)
+        loaded = load_template(_prompt_file(base_dir, config.prompt), "judge prompt")
+        self.template_sha256, self.template = loaded.sha256, loaded.template
         self.roles_text = _prompt_file(base_dir, config.roles).read_text(encoding="utf-8")
         roles = yaml.safe_load(self.roles_text) or {}
         self.roles: dict[str, dict[str, str]] = {str(k): dict(v) for k, v in roles.items()}
@@ -152,17 +153,13 @@ class JudgePrompt:
                     )
                 except (ValueError, KeyError, TypeError) as exc:
                     raise ConfigError(f"judge.examples {path}:{number}: not a rated example ({exc})") from exc
-            wrapper = Template(_prompt_file(base_dir, "cure_judge_examples.md").read_text(encoding="utf-8"))
-            self.examples_text = wrapper.substitute(items="".join(items))
+            wrapper = load_template(_prompt_file(base_dir, "cure_judge_examples.md"), "judge examples prompt")
+            self.examples_text = wrapper.template.substitute(items="".join(items))
 
     def digests(self) -> dict[str, str]:
-        return {
+        return {"template": self.template_sha256} | {
             name: hashlib.sha256(text.encode("utf-8")).hexdigest()
-            for name, text in (
-                ("template", self.template_text),
-                ("roles", self.roles_text),
-                ("examples", self.examples_text),
-            )
+            for name, text in (("roles", self.roles_text), ("examples", self.examples_text))
         }
 
     def render(self, domain: str, query: str, passage: str, article_title: str | None) -> str:

@@ -1,6 +1,6 @@
 """Stage ``mine``: four retrievers per query, fused by Reciprocal Rank Fusion (CURE §2.3).
 
-For every validated query and one of its relevant passages (DESIGN §5):
+For every validated query and one of its relevant passages:
 
 - ``query_lexical``: the query's English text, ``match_phrase`` with ``slop`` 2 (the
   paper's "match query with a slop of 2"; ``query_retriever: match`` uses plain BM25

@@ -47,7 +47,7 @@ BLOCK_SEPARATOR = "\n\n"
 
 
 class JusTextConfig(StrictModel):
-    """jusText's classifier thresholds (its defaults; see reference/components.md §8)."""
+    """jusText's classifier thresholds (its defaults: https://github.com/miso-belica/jusText)."""
 
     length_low: int = Field(70, ge=0, description="Shorter paragraphs (characters) are 'short'.")
     length_high: int = Field(200, ge=0, description="Longer paragraphs with enough stop words are 'good'.")

@@ -4,9 +4,10 @@ Every query's English text is scored against every passage of its domain split (
 ``corpus`` stage) by a cross-encoder (:mod:`tasks.rerank`): sentence-transformers
 ``CrossEncoder`` (production default ``Alibaba-NLP/gte-multilingual-reranker-base``) or
 vLLM's ``/score``. Each scored pair has its raw ``logit`` and ``probability`` (its
-sigmoid): components.md §3 explains why the paper's 0.42 is ambiguous between the two.
+sigmoid): the paper's 0.42 does not say which (CrossEncoder and vLLM return the sigmoid by
+default; the GTE model card prints raw logits).
 
-Scores are stored, cut-offs are views (DESIGN §5): a pair is stored when its
+Scores are stored, cut-offs are views: a pair is stored when its
 probability is at least ``store_floor`` or it is among the ``store_top`` best of its
 query; :func:`pool_view` applies a threshold (0.42 on the sigmoid by default, the scale
 and value configurable) at read time, so changing the cut-off reruns the judge, never
@@ -49,6 +50,7 @@ from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.cure.queries import english_queries
 from tasks.embed.local import BUILTIN_MINILM, builtin_model_path, model_files_digest
+from tasks.rerank.cutoff import PoolCutoff, apply_cutoff
 from tasks.rerank.port import Reranker
 from tasks.rerank.vllm_score import VLLMScoreReranker
 
@@ -114,14 +116,6 @@ class PoolConfig(StrictModel):
         4096, ge=1, description="Pairs per reranker call (queries are grouped)."
     )
     histogram_bins: int = Field(20, ge=2, le=1000)
-
-
-class PoolCutoff(StrictModel):
-    """A view on stored scores: which pairs form a query's candidate pool."""
-
-    threshold: float = Field(0.42, description="CURE's cut-off; on the probability scale by default.")
-    scale: Literal["probability", "logit"] = "probability"
-    max_per_query: int | None = Field(None, ge=1, description="Keep at most the N best pairs of a query.")
 
 
 SCHEMA = pa.schema(
@@ -369,15 +363,7 @@ def pool_view(pool: Artifact, cutoff: PoolCutoff) -> pa.Table:
             f"pool cut-off {cutoff.threshold} is below the pool stage's store_floor {floor}: pairs between "
             "them were not stored; lower pool.store_floor and rerun the pool stage"
         )
-    table = pool.read()
-    table = table.filter(pc.greater_equal(table.column(cutoff.scale), cutoff.threshold))
-    table = table.sort_by([("query_id", "ascending"), ("rank", "ascending")])
-    if cutoff.max_per_query is not None and table.num_rows:
-        qids = np.asarray(table.column("query_id").to_pylist(), dtype=object)
-        first = np.r_[True, qids[1:] != qids[:-1]]
-        starts = np.maximum.accumulate(np.where(first, np.arange(len(qids)), 0))
-        table = table.filter(pa.array(np.arange(len(qids)) - starts < cutoff.max_per_query))
-    return table
+    return apply_cutoff(pool.read(), cutoff)
 
 
 SPEC: StageSpec[PoolConfig] = StageSpec(

@@ -5,7 +5,7 @@ Three sources of labels:
 - ``human`` (2): an annotator's validated relevant passage, as its variant cluster's
   representative (``dedup``) under its corpus id;
 - ``containment`` (1): a passage that contains another query's relevant passage
-  (``dedup``'s containment table, DESIGN §5);
+  (``dedup``'s containment table);
 - ``llm`` (0 / 1 / 2): the ``judge`` stage's grade of a pooled pair, with its
   explanation, model and prompt digest.
 

@@ -1,4 +1,4 @@
-"""Stage ``release``: the collection as a Hugging Face dataset folder in CUREv1's layout (DESIGN §7).
+"""Stage ``release``: the collection as a Hugging Face dataset folder in CUREv1's layout.
 
 Configs ``corpus`` (``_id, title, text``), ``queries-en`` / ``queries-es`` / ``queries-fr``
 (``_id, text``) and ``qrels`` (``query-id, corpus-id, score``); one split per domain

@@ -1,4 +1,4 @@
-"""Text encoders for dense retrieval (DESIGN §6, "embeddings").
+"""Text encoders for dense retrieval.
 
 :mod:`tasks.embed.port` defines the :class:`~tasks.embed.port.Encoder` port; two adapters
 implement it: :mod:`tasks.embed.local` runs a sentence-transformers model in process (BGE-small

@@ -10,7 +10,7 @@
   optionally pinned to a ``revision`` (branch, tag or commit).
 
 Hub ids and the network. Unreachable, the hub costs ~70 s of retries per file before
-sentence-transformers gives up (reference/environment.md). So a hub id is first loaded
+sentence-transformers gives up (measured offline). So a hub id is first loaded
 from the local cache only (no network at all); only when it is not cached, and
 ``HF_HUB_OFFLINE`` is not set, is the hub asked once (a single metadata request, no
 retries) before the download starts, and an unreachable hub, a missing model, a gated

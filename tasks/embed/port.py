@@ -15,7 +15,7 @@ text are told apart because instruction-tuned retrievers encode them differently
   sentence-transformers prompts are not applied unless configured as prefixes, so
   :meth:`Encoder.describe` always says exactly what was prepended.
 
-:meth:`Encoder.describe` is the encoder's part of a stage fingerprint (DESIGN §4): the engine,
+:meth:`Encoder.describe` is the encoder's part of a stage fingerprint: the engine,
 the model id, its revision or a content digest of its local files, the dimensions, the
 normalisation, both prefixes and the maximum sequence length. It never holds a credential,
 and leaves out what only changes where or how fast the work runs (device, batch size,

@@ -61,19 +61,12 @@ from tasks.embed.port import (
     empty,
     normalise_rows,
 )
+from tasks.urls import public_url
 
 ENGINE = "openai-embeddings"
 PLACEHOLDER_KEY = "EMPTY"
 MAX_INPUTS_PER_REQUEST = 2048  # OpenAI's limit on the length of ``input``
 _T = TypeVar("_T")
-
-
-def public_url(url: str) -> str:
-    """``url`` without user info, query or fragment (a URL may carry credentials)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 class OpenAIEmbeddingsEncoder:

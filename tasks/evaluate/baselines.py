@@ -13,7 +13,7 @@ title is empty), as MTEB and BEIR present a passage to a retriever.
   vectors (cosine), with numpy; no approximate index.
 
 Every list is ordered by score descending and cut at ``k`` with ties broken by passage id
-ascending (DESIGN §4), so a run is deterministic.
+ascending, so a run is deterministic.
 """
 
 from __future__ import annotations

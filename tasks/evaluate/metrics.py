@@ -15,7 +15,7 @@ same library MTEB uses), per query, then averaged here:
   measures, and it counts in the mean (it has qrels).
 - Ties: trec_eval orders equal scores by document id *descending*, which would reorder a
   run's ties behind its back. The run is therefore ranked here first, by score descending
-  then passage id ascending (the project's rule, DESIGN §4), and handed to pytrec_eval as
+  then passage id ascending (the project's rule for every cut list), and handed to pytrec_eval as
   strictly decreasing scores, so the order evaluated is the order the retriever meant.
 """
 

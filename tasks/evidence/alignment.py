@@ -1,4 +1,4 @@
-"""Sliding-window alignment of study aspects with a paper's text elements (paper 002 App. C; DESIGN §5).
+"""Sliding-window alignment of study aspects with a paper's text elements (paper 002 App. C).
 
 The pool (a paper's indexed sentences, 0 .. n-1) is cut into windows of
 :data:`WINDOW_SIZE` elements every :data:`WINDOW_STRIDE` elements (:func:`windows`). One

@@ -23,7 +23,6 @@ returning a :data:`~tasks.llm.port.Validator`, because validators see only the r
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Literal, get_args
 
 from irforge.errors import ConfigError
 from tasks.llm.port import ChatRequest, ReplyInvalid, Sampling, Validator
+from tasks.llm.prompt import load_template
 
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
 DEFAULT_SAMPLING = Sampling(temperature=0.0, top_p=1.0, max_tokens=1024, seed=0)
@@ -77,7 +77,6 @@ AspectLabel = Literal["results", "background", "methods"]
 MAX_HYPOTHESIS_CHARS = 1000
 """A hypothesis is one sentence or two; a longer one is a reply that lost the format."""
 
-_HEADER = re.compile(r"\A\s*<!--.*?-->\s*", re.DOTALL)
 _NUMBERED = re.compile(r"(\d+)[.)]\s+(\S.*)")
 _LABELLED = re.compile(r"(\d+)\s*[:.)]\s*(\S.*)")
 _SHOWN_CHARS = 80
@@ -135,26 +134,14 @@ def _default_prompt(step: Step) -> Prompt:
 
 
 def _read_prompt(step: Step, path: Path) -> Prompt:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{step} prompt {path}: cannot read it ({exc.strerror})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{step} prompt {path}: not UTF-8; save it as UTF-8") from None
-    template = Template(_HEADER.sub("", text, count=1))
-    if not template.is_valid():
-        raise ConfigError(
-            f"{step} prompt {path}: a '$' that starts no placeholder; write $$ for a dollar sign"
-        )
-    names, expected = set(template.get_identifiers()), PLACEHOLDERS[step]
+    loaded = load_template(path, f"{step} prompt")
+    names, expected = set(loaded.template.get_identifiers()), PLACEHOLDERS[step]
     if names != expected:
         raise ConfigError(
             f"{step} prompt {path}: placeholders {sorted('$' + n for n in names)} but the step fills "
             f"exactly {sorted('$' + n for n in expected)}"
         )
-    return Prompt(step=step, path=path, sha256=hashlib.sha256(raw).hexdigest(), template=template)
+    return Prompt(step=step, path=path, sha256=loaded.sha256, template=loaded.template)
 
 
 def one_line(text: str) -> str:
@@ -266,7 +253,8 @@ def decompose_request(
     )
 
 
-def leak_check_request(
+def aspects_request(
+    step: Literal["leak_check", "label"],
     custom_id: str,
     summary: str,
     aspects: Sequence[str],
@@ -274,26 +262,13 @@ def leak_check_request(
     prompt: Prompt | None = None,
     sampling: Sampling | None = None,
 ) -> ChatRequest:
-    """App. C.1 step 2: does any aspect carry information that the summary does not state?"""
-    prompt = prompt or load_prompt("leak_check")
-    return prompt.request(
-        custom_id,
-        sampling,
-        summary=_require("summary", summary),
-        aspects=numbered(_require_items("aspect", aspects)),
-    )
+    """The summary and its numbered aspects, asked about by ``step``.
 
-
-def label_request(
-    custom_id: str,
-    summary: str,
-    aspects: Sequence[str],
-    *,
-    prompt: Prompt | None = None,
-    sampling: Sampling | None = None,
-) -> ChatRequest:
-    """Each aspect labelled results, background or methods (results aspects form the Result-ER set)."""
-    prompt = prompt or load_prompt("label")
+    ``leak_check`` (App. C.1 step 2): does any aspect carry information that the summary
+    does not state? ``label``: each aspect labelled results, background or methods
+    (results aspects form the Result-ER set).
+    """
+    prompt = prompt or load_prompt(step)
     return prompt.request(
         custom_id,
         sampling,

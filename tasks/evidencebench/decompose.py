@@ -31,7 +31,7 @@ from pydantic import Field
 from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.evidence.grammars import aspects_grammar, choice_grammar
-from tasks.evidence.llm_steps import decompose_request, leak_check_request, parse_aspects, parse_leak_check
+from tasks.evidence.llm_steps import aspects_request, decompose_request, parse_aspects, parse_leak_check
 from tasks.evidencebench.llm_calls import (
     LLM_COST_FIELDS,
     ask,
@@ -150,7 +150,9 @@ def process(chunk: pa.Table, ctx: StageContext[DecomposeConfig]) -> ChunkResult:
     grammar = choice_grammar("DECISION", ("yes", "no"))
     requests = [
         constrained(
-            leak_check_request(row["unit_id"], row["summary"], reply.value, prompt=prompt, sampling=sampling),
+            aspects_request(
+                "leak_check", row["unit_id"], row["summary"], reply.value, prompt=prompt, sampling=sampling
+            ),
             grammar,
         )
         for row, reply in checking

@@ -5,9 +5,8 @@ in order, labelled ``results``, ``background`` or ``methods`` (``LABELS:``, exac
 line per aspect; grammar-constrained where the server takes GBNF grammars). The
 ``results`` aspects form the Result-ER evidence set of ``select``.
 
-The 70 % coverage rule (§2.2; ``select`` applies it) is applied here first, as DESIGN orders
-the steps: an instance with fewer than 70 % of its aspects aligned is dropped before its
-labels are paid for.
+The 70 % coverage rule (§2.2; ``select`` applies it) is applied here first: an
+instance with fewer than 70 % of its aspects aligned is dropped before its labels are paid for.
 
 Units: aligned summaries (``unit_id``). Output: ``align``'s instance columns plus
 ``aspect_labels`` (one per aspect) and the request's cost. Excluded (``reason``):
@@ -33,7 +32,7 @@ from irforge.stage import (
 )
 from tasks.evidence.grammars import labels_grammar
 from tasks.evidence.instance import low_coverage
-from tasks.evidence.llm_steps import label_request, labels_validator
+from tasks.evidence.llm_steps import aspects_request, labels_validator
 from tasks.evidencebench.decompose import IDENTITY
 from tasks.evidencebench.llm_calls import (
     LLM_COST_FIELDS,
@@ -110,8 +109,8 @@ def process(chunk: pa.Table, ctx: StageContext[LabelConfig]) -> ChunkResult:
     for count, members in sorted(by_count.items()):
         requests = [
             constrained(
-                label_request(
-                    rows[i]["unit_id"], rows[i]["summary"], rows[i]["aspects"],
+                aspects_request(
+                    "label", rows[i]["unit_id"], rows[i]["summary"], rows[i]["aspects"],
                     prompt=prompt, sampling=config.llm.sampling,
                 ),
                 labels_grammar(count),

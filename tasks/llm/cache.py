@@ -1,4 +1,4 @@
-"""The reply cache: every paid chat request is answered at most once (DESIGN §4).
+"""The reply cache: every paid chat request is answered at most once.
 
 :func:`cached_chat` puts a :class:`~tasks.llm.port.ChatModel` behind a :class:`ReplyCache`.
 A request's key (:func:`request_key`) is the sha256 of the canonical JSON of everything that

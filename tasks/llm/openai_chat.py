@@ -7,7 +7,7 @@ answer ``POST {base_url}/chat/completions``. What is sent per request: ``model``
 ``structured_output`` when the request carries a JSON schema:
 
 - ``"json_schema"``: ``{"type": "json_schema", "json_schema": {"name", "schema", "strict": true}}``,
-  as vLLM and OpenAI read it (components.md §2);
+  as vLLM and OpenAI read it (https://docs.vllm.ai/en/latest/features/structured_outputs.html);
 - ``"json_object"``: ``{"type": "json_object", "schema": schema}``, as llama-cpp-python's
   server reads it (0.3.x ``ChatCompletionRequestResponseFormat``: it turns ``schema`` into a
   grammar; it answers ``"json_schema"`` with HTTP 500 and a validation error, which is
@@ -75,6 +75,7 @@ from tasks.llm.port import (
     ReplyInvalid,
     Validator,
 )
+from tasks.urls import public_url
 
 StructuredOutput = Literal["json_schema", "json_object", "none"]
 STRUCTURED_OUTPUTS: tuple[StructuredOutput, ...] = ("json_schema", "json_object", "none")
@@ -86,14 +87,6 @@ RETRIED_4XX = frozenset({408, 409, 429})
 _WINDOW_PER_SLOT = 2  # requests kept scheduled per concurrency slot, so backoff sleeps do not idle slots
 
 Progress = Callable[[int, int], None]
-
-
-def public_url(url: str) -> str:
-    """``url`` without user info, query or fragment (a URL may carry credentials)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 def retry_after_s(headers: Mapping[str, str]) -> float | None:

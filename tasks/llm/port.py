@@ -4,9 +4,10 @@ A stage builds :class:`ChatRequest` objects (messages, sampling, an optional JSO
 or GBNF grammar the reply must follow) and hands them to a :class:`ChatModel` adapter together with a
 *validator*: a function that parses a reply's text and raises :class:`ReplyInvalid` when
 the reply is not acceptable. Adapters request structured output where the server
-supports it **and** always run the validator (servers ignore fields they do not know;
-components.md §2). An invalid reply is retried; when the retries are used up the request
-ends as a :class:`ChatFailure` carrying the raw text — never as a made-up value.
+supports it **and** always run the validator (servers ignore fields they do not know:
+vLLM answers an outdated ``guided_json`` with unconstrained text). An invalid reply is
+retried; when the retries are used up the request ends as a :class:`ChatFailure` carrying
+the raw text — never as a made-up value.
 
 Adapters: :mod:`tasks.llm.openai_chat` (any OpenAI-compatible server: vLLM, OpenAI,
 llama.cpp), :mod:`tasks.llm.vllm_batch` (``vllm run-batch`` files on the GPU worker).

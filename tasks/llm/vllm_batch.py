@@ -10,7 +10,8 @@ per request::
 
 and what it reads back is described in :mod:`tasks.llm.vllm_batch_output`.
 
-- Structured output (components.md §2), for a request that carries a JSON schema, by
+- Structured output (https://docs.vllm.ai/en/latest/features/structured_outputs.html), for a
+  request that carries a JSON schema, by
   ``structured_output`` (the modes of :mod:`tasks.llm.openai_chat`, plus vLLM's own field):
   ``"json_schema"`` sends ``response_format={"type": "json_schema", "json_schema": {"name",
   "schema", "strict": true}}`` (every vLLM with JSON-schema support); ``"structured_outputs"``

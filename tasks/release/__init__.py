@@ -1,4 +1,4 @@
-"""The Hugging Face release of a test collection (DESIGN §7).
+"""The Hugging Face release of a test collection.
 
 :mod:`tasks.release.layout` writes the folder MTEB's CUREv1 task reads (one split per domain,
 JSON Lines files, a generated card; ``split="all"`` loads their union), complete by

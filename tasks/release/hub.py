@@ -1,4 +1,4 @@
-"""Push a written release folder to the Hugging Face Hub as one commit (DESIGN §6, "release").
+"""Push a written release folder to the Hugging Face Hub as one commit.
 
 ``huggingface_hub`` (2.x) does the work: ``HfApi.create_repo(repo_type="dataset",
 exist_ok=True)``, ``create_branch`` for a revision other than ``main``, then **one**

@@ -1,4 +1,6 @@
-"""Write a test collection as the folder MTEB's CUREv1 task loads (DESIGN §7, reference/cure_layout.md).
+"""Write a test collection as the folder MTEB's CUREv1 task loads.
+
+CUREv1's own layout: https://huggingface.co/datasets/clinia/CUREv1
 
 ::
 

@@ -1,5 +1,5 @@
 """Names and rules of the release layout shared by the writer, the card and the statistics
-(DESIGN §7, reference/cure_layout.md): configs, their features, split names, scores."""
+(https://huggingface.co/datasets/clinia/CUREv1): configs, their features, split names, scores."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ QRELS: Final = "qrels"
 CONFIGS: Final = (CORPUS, *(f"queries-{lang}" for lang in LANGUAGES), QRELS)
 """Config names MTEB's CUREv1 task loads, in the order the card lists them."""
 CUREV1_DOMAINS: Final = CURE_DOMAINS
-"""CUREv1's domain splits (reference/cure_layout.md); a release may have fewer (or others)."""
+"""CUREv1's domain splits (see its card); a release may have fewer (or others)."""
 SCORES: Final = (0, 1, 2)
 """Graded relevance: 0 not relevant, 1 partially relevant, 2 relevant (CURE §2.3)."""
 SPLIT_NAME: Final = re.compile(r"^\w+(\.\w+)*$")

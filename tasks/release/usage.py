@@ -1,4 +1,4 @@
-"""The card's "How to load" and "Evaluate with MTEB" sections (DESIGN §7, reference/cure_layout.md).
+"""The card's "How to load" and "Evaluate with MTEB" sections (layout: :mod:`tasks.release.layout`).
 
 The MTEB snippet runs the stock ``CUREv1`` task of ``mteb`` 2.x on the release: it copies the
 task's metadata with ``dataset`` pointed at the release (a Hub id or a local folder; the

@@ -4,7 +4,7 @@ A run record (``<root>/<flow>/runs/<run_id>.json``, :mod:`irforge.runs`) says wh
 fingerprint each stage used; each artifact's manifest gives counts, exclusions, timings and
 cost. Stages with a known meaning get a section of their own, read from their rows and side
 tables, chosen by the run's flow, since two flows may name different stages alike (both have
-an ``evaluate``): for ``cure``, ``pool`` (score histograms, pool sizes at the 0.42 cut-off),
+an ``evaluate``): for ``cure``, ``pool`` (score histograms, pool sizes at the run's cut-off),
 ``judge`` (label distribution, tokens), ``qrels`` (judgements by source and score),
 ``evaluate`` (the shape of CURE's Table 7, rater agreement) and ``release`` (the files
 written); for ``evidencebench``, ``select`` (the instances and their optimal set sizes),
@@ -22,6 +22,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,9 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from irforge.artifacts import EXCLUDED, Artifact, ArtifactStore
 from irforge.errors import IrforgeError
+from tasks.report.cutoff import RunCutoff, run_cutoff
+from tasks.rerank.cutoff import apply_cutoff
 
-POOL_THRESHOLD = 0.42
-"""CURE's pooling cut-off on the sigmoid of the cross-encoder logit (DESIGN §5)."""
 CONDITIONS = ("en-en", "fr-en", "es-en")  # query-language → passage-language, as in CURE's Table 7
 OVERALL_SPLIT = "all"
 QRELS_SOURCES = ("human", "containment", "llm")
@@ -156,7 +157,7 @@ class PoolDomain:
     queries: int  # distinct queries among the stored pairs
     pairs_scored: int  # every pair the cross-encoder scored (the histogram's total)
     pairs_stored: int
-    pool_size: int  # stored pairs with probability >= the threshold
+    pool_size: int  # stored pairs within the run's cut-off (tasks/rerank/cutoff.py)
 
     @property
     def mean_pool_per_query(self) -> float | None:
@@ -165,7 +166,7 @@ class PoolDomain:
 
 @dataclass(frozen=True)
 class PoolSection:
-    threshold: float
+    cutoff: RunCutoff
     domains: tuple[PoolDomain, ...]
     total: PoolDomain
     histograms: Mapping[str, tuple[HistogramBin, ...]]
@@ -398,8 +399,9 @@ def load_report(root: Path, flow: str, run_id: str | None = None) -> RunReport:
     sections: dict[str, Any] = {}
     # The record's flow, as RunReport.sections uses it, so the page shows what was loaded.
     if record.flow == "cure":
+        pool = partial(load_pool, judge=stages.get("judge"), config_file=record.config)  # the run's cut-off
         sections = {
-            "pool": _section(stages, "pool", load_pool, problems),
+            "pool": _section(stages, "pool", pool, problems),
             "judge": _section(stages, "judge", load_judge, problems),
             "qrels": _section(stages, "qrels", load_qrels, problems),
             "evaluate": _section(stages, "evaluate", load_evaluate, problems),
@@ -535,8 +537,12 @@ def _detail(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def load_pool(artifact: Artifact, threshold: float = POOL_THRESHOLD) -> PoolSection:
-    rows = _read(artifact, ["query_id", "domain", "probability"])
+def load_pool(
+    artifact: Artifact, judge: StageReport | None = None, config_file: str | None = None
+) -> PoolSection:
+    """Pool sizes under the run's cut-off: its judge's config, else its config file (:mod:`.cutoff`)."""
+    cutoff = run_cutoff(judge.config if judge else None, config_file)
+    rows = _read(artifact, ["query_id", "domain", "rank", cutoff.cutoff.scale])
     hist = _read(artifact, ["domain", "bin_low", "bin_high", "pairs"], table="score_histogram")
     hist = hist.sort_by([("domain", "ascending"), ("bin_low", "ascending")])
     histograms: dict[str, list[HistogramBin]] = {}
@@ -544,18 +550,11 @@ def load_pool(artifact: Artifact, threshold: float = POOL_THRESHOLD) -> PoolSect
         histograms.setdefault(_key(r["domain"]), []).append(
             HistogramBin(float(r["bin_low"]), float(r["bin_high"]), int(r["pairs"] or 0))
         )
-    pooled = rows.filter(pc.greater_equal(rows["probability"], threshold))
+    pooled = apply_cutoff(rows, cutoff.cutoff)
     stored = _value_counts(rows["domain"])
     pool_sizes = _value_counts(pooled["domain"])
-    per_domain_queries = rows.group_by("domain").aggregate([("query_id", "count_distinct")])
-    queries = {
-        _key(d): int(n)
-        for d, n in zip(
-            per_domain_queries["domain"].to_pylist(),
-            per_domain_queries["query_id_count_distinct"].to_pylist(),
-            strict=True,
-        )
-    }
+    per_domain = rows.group_by("domain").aggregate([("query_id", "count_distinct")]).to_pylist()
+    queries = {_key(r["domain"]): int(r["query_id_count_distinct"]) for r in per_domain}
     domains = tuple(
         PoolDomain(
             domain=d,
@@ -573,7 +572,7 @@ def load_pool(artifact: Artifact, threshold: float = POOL_THRESHOLD) -> PoolSect
         pairs_stored=rows.num_rows,
         pool_size=pooled.num_rows,
     )
-    return PoolSection(threshold, domains, total, {d: tuple(bins) for d, bins in histograms.items()})
+    return PoolSection(cutoff, domains, total, {d: tuple(bins) for d, bins in histograms.items()})
 
 
 def load_judge(artifact: Artifact, per_label: int = EXAMPLES_PER_LABEL) -> JudgeSection:

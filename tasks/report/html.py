@@ -161,10 +161,11 @@ _TEMPLATE = """<!DOCTYPE html>
 <section id="pool">
 <h2>Pooling</h2>
 {{ stage_problem("pool") }}
-{%- set p = r.pool %}{% if p %}
+{%- set p = r.pool %}{% if p %}{% set cut = p.cutoff.cutoff %}
 <table>
 <thead><tr><th>domain</th><th class="num">queries</th><th class="num">pairs scored</th><th class="num">pairs stored</th>
-<th class="num">pool size (p ≥ {{ p.threshold }})</th><th class="num">mean pool per query</th></tr></thead>
+<th class="num">pool size ({{ "p" if cut.scale == "probability" else "logit" }} ≥ {{ cut.threshold }}
+{%- if cut.max_per_query %}, best {{ cut.max_per_query }}{% endif %})</th><th class="num">mean pool per query</th></tr></thead>
 <tbody>
 {%- for d in p.domains + (p.total,) %}
 <tr{% if loop.last %} class="total"{% endif %}><td>{{ d.domain }}</td>{{ num(d.queries) }}{{ num(d.pairs_scored) }}
@@ -172,7 +173,9 @@ _TEMPLATE = """<!DOCTYPE html>
 {%- endfor %}
 </tbody></table>
 <p class="note">Pairs scored: every query–passage pair the cross-encoder scored (the histograms' total).
-Pool size: stored pairs whose probability is at least {{ p.threshold }}; the mean is over the queries with stored pairs.
+Pool size: stored pairs whose {{ cut.scale }} is at least {{ cut.threshold }}
+{%- if cut.max_per_query %}, at most the {{ cut.max_per_query }} best of each query{% endif %}
+(this run's cut-off, from {{ p.cutoff.source }}); the mean is over the queries with stored pairs.
 {%- set c = r.stage("pool").cost %}{% if c.get("scoring_s") %} Cross-encoder throughput in this computation:
 {{ "{:,.0f}".format(c["pairs_scored"] / c["scoring_s"]) }} pairs/s.{% endif %}</p>
 {%- if plots.pool %}<figure>{{ plots.pool }}<figcaption>Probabilities of all scored pairs per domain, 20 bins.</figcaption></figure>{% endif %}
@@ -496,7 +499,7 @@ def render_report(report: RunReport) -> str:
     """The report as one HTML page (a string)."""
     figures = {
         "times": Markup(plots.stage_times([(s.name, s.record.wall_s or 0.0) for s in report.stages])),
-        "pool": Markup(plots.pool_histograms(report.pool.histograms, report.pool.threshold))
+        "pool": Markup(plots.pool_histograms(report.pool.histograms, report.pool.cutoff.cutoff.probability))
         if report.pool and report.pool.histograms
         else None,
         "labels": Markup(plots.label_distribution(report.judge.labels))

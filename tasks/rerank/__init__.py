@@ -1,4 +1,4 @@
-"""Cross-encoder rerankers for candidate pooling (CURE §2.3; DESIGN §5, §6 "cross-encoder").
+"""Cross-encoder rerankers for candidate pooling (CURE §2.3).
 
 :mod:`tasks.rerank.port` defines the :class:`~tasks.rerank.port.Reranker` port and
 :class:`~tasks.rerank.port.ScoredPairs` (raw logits and their sigmoid); two adapters implement

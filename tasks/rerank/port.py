@@ -9,12 +9,12 @@ Raw logits, and the sigmoid of them. A cross-encoder with one output ends in a l
 sentence-transformers' ``CrossEncoder.predict`` and vLLM's ``/score`` apply an activation to
 it by default (the one the model's config names, else a sigmoid), the GTE reranker's model
 card prints raw logits, and CURE's pooling threshold (0.42) does not say which scale it is
-on (reference/components.md §3). So adapters ask their engine for the raw logit, never an
+on. So adapters ask their engine for the raw logit, never an
 activated score, and :class:`ScoredPairs` carries both the logit and its sigmoid, computed
 here in float64 with a numerically stable sigmoid (:func:`scipy.special.expit`). Thresholds
-are applied later, at read time, on whichever scale the pooling config names (DESIGN §5).
+are applied later, at read time, on whichever scale the pooling config names.
 
-:meth:`Reranker.describe` is the reranker's part of a stage fingerprint (DESIGN §4): the
+:meth:`Reranker.describe` is the reranker's part of a stage fingerprint: the
 engine, the model id, its revision or a content digest of its local files, the maximum
 sequence length and what the scores are (raw logits, sigmoid probabilities). It never holds
 a credential, and leaves out what only changes where or how fast the work runs (device,

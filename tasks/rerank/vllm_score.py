@@ -9,7 +9,7 @@ What is sent: ``POST {base_url}/score`` with ``{"model", <queries field>: [...],
 <documents field>: [...], "use_activation": false}`` (plus ``truncate_prompt_tokens`` when
 configured). Both lists have one length, so vLLM scores them pairwise (its "N:N" mode), and
 ``use_activation: false`` makes it return the raw logit instead of the sigmoid it applies by
-default (reference/components.md §2). ``base_url`` is the server root (``http://gpu-host:8000``;
+default. ``base_url`` is the server root (``http://gpu-host:8000``;
 vLLM also serves ``/v1/score``, so a root ending in ``/v1`` works too).
 
 vLLM version. This targets the current ``/score`` protocol (vLLM main, 2026): the pair is sent
@@ -58,7 +58,6 @@ from typing import Any
 import httpx
 import numpy as np
 
-from tasks.embed.remote import public_url
 from tasks.rerank.port import (
     F64,
     ProgressFn,
@@ -68,6 +67,7 @@ from tasks.rerank.port import (
     check_pairs,
     describe_scores,
 )
+from tasks.urls import public_url
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,8 @@
 
 Why the 8.x client: an 8.x client talks to Elasticsearch 8.x and 9.x servers, a 9.x client
 only to 9.x, because it always sends ``Accept: application/vnd.elasticsearch+json;
-compatible-with=9`` and an 8.x server rejects that header (reference/components.md §1).
+compatible-with=9`` and an 8.x server rejects that header
+(https://github.com/elastic/elasticsearch-py#compatibility).
 pyproject pins ``elasticsearch>=8,<9`` for that reason; servers older than 8.12 are refused
 (``int8_hnsw`` and top-level ``knn`` inside ``msearch`` need it).
 
@@ -106,6 +107,7 @@ from tasks.search.port import (
     SearchUnavailable,
     ranked,
 )
+from tasks.urls import public_url
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +135,7 @@ _INDEX_NAME_MAX = 200  # leaves room for "-<16 hex>" under the server's 255-byte
 _NO_429_RETRY = (502, 503, 504)  # the transport's other defaults; 429 gets backoff here instead
 
 
-# -- request bodies (pure; the DSL documented in reference/components.md §1) -----------------
+# -- request bodies (pure; https://www.elastic.co/docs/reference/query-languages/querydsl) ----
 
 
 def match_query(text: str) -> dict[str, Any]:
@@ -336,19 +338,6 @@ class ElasticsearchOptions:
             raise ValueError("search_retries and replicas must be >= 0")
 
 
-def public_url(url: str) -> str:
-    """The URL without user info (an ES_URL may carry credentials)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        netloc = f"[{host}]" if ":" in host else host
-        if parts.port:
-            netloc = f"{netloc}:{parts.port}"
-    except ValueError:
-        return "<unparseable URL>"
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-
-
 def _secret_forms(url: str, api_key: str, username: str, password: str) -> tuple[str, ...]:
     """The secrets as given and as sent (a basic-auth header is base64 of ``user:password``)."""
     forms = [api_key, password]
@@ -382,7 +371,10 @@ def _connect_from_env() -> _Connection:
             f"{ENV_API_KEY} or {ENV_USERNAME}/{ENV_PASSWORD} if security is on; "
             "or use the embedded search backend"
         )
-    where = public_url(url)
+    try:
+        where = public_url(url)
+    except ValueError:
+        where = "<unparseable URL>"
     api_key = os.environ.get(ENV_API_KEY, "").strip()
     username = os.environ.get(ENV_USERNAME, "").strip()
     password = os.environ.get(ENV_PASSWORD, "")

@@ -1,6 +1,6 @@
 """The embedded search backend: tantivy for the lexical retrievers, exact cosine kNN with numpy.
 
-The default on laptops and in CI (DESIGN §6): no server, one directory per index::
+The default on laptops and in CI: no server, one directory per index::
 
     directory/
       tantivy/          the tantivy index (passage_id, article_id, text, row)

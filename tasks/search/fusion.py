@@ -1,4 +1,4 @@
-"""Reciprocal Rank Fusion of the mining retrievers' ranked lists, computed client side (DESIGN §5).
+"""Reciprocal Rank Fusion of the mining retrievers' ranked lists, computed client side.
 
 CURE fuses its four retrievers with RRF, ``k = 60``. Elasticsearch's server-side ``rrf``
 retriever needs an Enterprise licence, so fusion happens here, on :class:`~tasks.search.port.Hit`

@@ -1,4 +1,4 @@
-"""The search port: what the CURE mining stage needs from a search engine (CURE §2.3, DESIGN §5-6).
+"""The search port: what the CURE mining stage needs from a search engine (CURE §2.3).
 
 Two backends implement :class:`SearchBackend`: Elasticsearch 8.x in production
 (:mod:`tasks.search.elastic`) and an embedded in-process engine, tantivy for the lexical
@@ -11,8 +11,8 @@ that an engine can use its batch path: ``msearch`` for Elasticsearch, one matrix
 for the embedded kNN. Ranked lists are ordered by score descending, ties broken by
 ``passage_id`` ascending, so that results are deterministic on every backend.
 
-Scores are each engine's own: BM25 on tantivy is 2.2x Lucene's (a ``k1 + 1`` numerator,
-reference/environment.md) and Elasticsearch's cosine ``_score`` is ``(1 + cos) / 2``.
+Scores are each engine's own: BM25 on tantivy is 2.2x Lucene's (a ``k1 + 1`` numerator;
+same ranking) and Elasticsearch's cosine ``_score`` is ``(1 + cos) / 2``.
 Rankings, not score values, are what the port promises; fusion (:mod:`tasks.search.fusion`)
 only uses ranks.
 """

@@ -34,7 +34,6 @@ import os
 import random
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, Literal, TypeVar
@@ -58,6 +57,7 @@ from tasks.translate.port import (
     json_size,
     plan_batches,
 )
+from tasks.urls import public_url
 
 Formality = Literal["prefer_less", "prefer_more"]
 ModelType = Literal["quality_optimized", "prefer_quality_optimized", "latency_optimized"]
@@ -92,14 +92,6 @@ def _irforge_version() -> str:
 def json_size_of(value: Any) -> int:
     """Bytes of ``value`` as JSON the way ``requests`` encodes a ``json=`` body (ASCII escapes)."""
     return len(json.dumps(value))
-
-
-def _public_url(url: str) -> str:
-    """The server URL without user info (a URL may carry credentials)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 class DeepLTranslator:
@@ -179,7 +171,7 @@ class DeepLTranslator:
         self._glossary_lock = threading.Lock()
 
         if server_url:
-            self._server = {"kind": "custom", "url": _public_url(server_url)}
+            self._server = {"kind": "custom", "url": public_url(server_url)}
         else:
             self._server = {"kind": "free" if deepl.util.auth_key_is_free_account(auth_key) else "pro"}
         self._where = self._server.get("url", f"DeepL {self._server['kind']} API")

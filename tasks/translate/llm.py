@@ -1,7 +1,7 @@
 """An LLM as the translator port: one chat request per query, through any ChatModel adapter.
 
-The laptop/CI default for query translation (DESIGN §6: "an LLM translator through the same
-LLM port"): with the embedded llama.cpp server it proves the plumbing; with a vLLM or
+The laptop/CI default for query translation, through the same LLM port as the
+judge: with the embedded llama.cpp server it proves the plumbing; with a vLLM or
 OpenAI model it is a real alternative to DeepL.
 
 - The prompt is ``prompts/translate_query.md`` (or a file of the caller's): a
@@ -24,17 +24,16 @@ OpenAI model it is a real alternative to DeepL.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from string import Template
 from typing import Any
 
 from irforge.errors import ConfigError
 from tasks.llm.cache import ChatStats, ReplyCache, cached_chat
 from tasks.llm.port import ChatFailure, ChatModel, ChatModelError, ChatRequest, ReplyInvalid, Sampling
+from tasks.llm.prompt import load_template
 from tasks.translate.port import Translation, TranslationError, TranslatorUnavailable, check_pair
 
 ENGINE = "llm"
@@ -53,7 +52,6 @@ REPLY_SCHEMA: dict[str, Any] = {
 }
 _PLACEHOLDERS = frozenset({"source_language", "target_language", "text"})
 _REQUIRED = frozenset({"target_language", "text"})
-_HEADER = re.compile(r"\A\s*<!--.*?-->\s*", re.DOTALL)
 _FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
 _SHOWN_CHARS = 80
 
@@ -100,19 +98,12 @@ class LLMTranslator:
         sampling: Sampling | None = None,
     ) -> None:
         path = Path(prompt_path) if prompt_path is not None else DEFAULT_PROMPT
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"translation prompt {path}: cannot read it ({exc.strerror})") from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ConfigError(f"translation prompt {path}: not UTF-8; save it as UTF-8") from None
+        loaded = load_template(path, "translation prompt")
         self.model = model
         self.sampling = sampling or DEFAULT_SAMPLING
         self.prompt_path = path
-        self.prompt_sha256 = hashlib.sha256(raw).hexdigest()
-        self.template = Template(_HEADER.sub("", text, count=1))
+        self.prompt_sha256 = loaded.sha256
+        self.template = loaded.template
         self._check_template(path)
 
     # -- the port ---------------------------------------------------------------------
@@ -205,10 +196,6 @@ class LLMTranslator:
     # -- internals --------------------------------------------------------------------
 
     def _check_template(self, path: Path) -> None:
-        if not self.template.is_valid():
-            raise ConfigError(
-                f"translation prompt {path}: a '$' that starts no placeholder; write $$ for a dollar sign"
-            )
         names = set(self.template.get_identifiers())
         unknown, missing = sorted(names - _PLACEHOLDERS), sorted(_REQUIRED - names)
         if unknown:

@@ -1,9 +1,9 @@
 """The translator port: what a query-translation stage needs from a machine translator.
 
 A stage receives a :class:`Translator` (DeepL in production, an LLM or a local server that
-speaks DeepL's protocol elsewhere, DESIGN §6) and calls it through :func:`cached_translate`,
-which puts every paid request behind a :class:`TranslationCache` (DESIGN §4: "a crash or a
-rerun never pays twice for the same request").
+speaks DeepL's protocol elsewhere) and calls it through :func:`cached_translate`,
+which puts every paid request behind a :class:`TranslationCache` (a crash or a
+rerun never pays twice for the same request).
 
 Cache key = sha256 of the canonical JSON of (text, source, target, engine, options), where
 ``options`` is everything that changes the output (formality, glossary digest, model type,
