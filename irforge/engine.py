@@ -4,21 +4,18 @@ Reuse an artifact whose fingerprint exists; otherwise process the input in chunk
 persisted as it finishes under ``.work-<fingerprint>/`` (a killed run resumes from the
 last finished chunk), check rows in = rows out + rows excluded for every chunk, then
 assemble the part files, ``excluded.parquet`` and ``manifest.json`` in a temporary
-directory and publish it with one rename.
+directory and publish it in one atomic step (``ArtifactStore.publish`` in :mod:`irforge.artifacts`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import platform
 import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from importlib import metadata
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +35,7 @@ from irforge.artifacts import (
 from irforge.config import ExecutionConfig
 from irforge.errors import AccountingError, IrforgeError
 from irforge.fingerprint import fingerprint, fingerprint_view
+from irforge.manifest import Totals, build_manifest
 from irforge.progress import NullProgress, Progress
 from irforge.stage import ChunkResult, StageContext, StageSpec, key_set
 
@@ -45,9 +43,6 @@ log = logging.getLogger("irforge")
 
 StageState = Literal["reused", "computed", "resumed"]
 _WHOLE = 2**62
-
-# Libraries whose version is recorded in every manifest (those that can change a result).
-_RECORDED_PACKAGES = ("irforge", "pyarrow", "pydantic", "lxml", "justext", "pysbd", "ftfy")
 
 
 @dataclass(frozen=True)
@@ -144,7 +139,7 @@ def run_stage(
             if any(files.iterdir()):
                 files.rename(tmp / FILES)
             wall = time.perf_counter() - started
-            write_json_atomic(tmp / MANIFEST, _manifest(flow, plan, fp, material, totals, wall, resumed))
+            write_json_atomic(tmp / MANIFEST, build_manifest(flow, plan, fp, material, totals, wall, resumed))
             artifact = store.publish(tmp, flow, spec.name, fp)
         except BaseException:
             if (tmp / FILES).is_dir():  # back beside the finished chunks, for the resumed run
@@ -156,30 +151,6 @@ def run_stage(
     state: StageState = "resumed" if resumed else "computed"
     log.info("%s %s/%s %s in %.2fs", state.upper(), flow, spec.name, fp, wall)
     return StageOutcome(artifact, state, wall)
-
-
-@dataclass
-class _Totals:
-    chunks: int = 0
-    rows_in: int = 0
-    rows_out: int = 0
-    rows_excluded: int = 0
-    units_in: int = 0
-    units_kept: int = 0
-    units_excluded: int = 0
-    process_s: float = 0.0
-    reasons: Counter[str] = field(default_factory=Counter)
-    tables: dict[str, int] = field(default_factory=dict)
-    cost: dict[str, float] = field(default_factory=dict)
-
-    def add(self, marker: dict[str, Any]) -> None:
-        self.chunks += 1
-        for name in ("rows_in", "rows_out", "rows_excluded", "units_in", "units_kept", "units_excluded"):
-            setattr(self, name, getattr(self, name) + marker[name])
-        self.process_s += marker["process_s"]
-        self.reasons.update(marker["reasons"])
-        for name, value in marker.get("cost", {}).items():
-            self.cost[name] = self.cost.get(name, 0.0) + value
 
 
 def _chunk_paths(work: Path, index: int) -> tuple[Path, Path, Path]:
@@ -216,9 +187,9 @@ def _drop_if_unfinished(work: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_chunks(plan: StagePlan, work: Path, chunk_rows: int, progress: Progress) -> _Totals:
+def _run_chunks(plan: StagePlan, work: Path, chunk_rows: int, progress: Progress) -> Totals:
     spec = plan.spec
-    totals = _Totals()
+    totals = Totals()
     source = spec.source(plan.context, plan.inputs)
     progress.start(spec.name, source.num_rows())
     for index, chunk in enumerate(source.batches(chunk_rows)):
@@ -318,7 +289,7 @@ def _chunk_outputs(
 
 
 def _finalize(
-    plan: StagePlan, kept: Iterator[pa.Table], totals: _Totals
+    plan: StagePlan, kept: Iterator[pa.Table], totals: Totals
 ) -> tuple[Iterator[pa.Table], pa.Table]:
     spec = plan.spec
     assert spec.finalize is not None
@@ -372,52 +343,3 @@ def _write_side_tables(spec: StageSpec[Any], work: Path, chunks: int, out: Path)
         pq.write_table(table, out / f"{name}.parquet", compression=PARQUET_COMPRESSION)
         rows[name] = table.num_rows
     return rows
-
-
-def _versions() -> dict[str, str]:
-    versions = {"python": platform.python_version()}
-    for name in _RECORDED_PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return versions
-
-
-def _manifest(
-    flow: str,
-    plan: StagePlan,
-    fp: str,
-    material: dict[str, Any],
-    totals: _Totals,
-    wall: float,
-    resumed_chunks: int,
-) -> dict[str, Any]:
-    spec = plan.spec
-    return {
-        "flow": flow,
-        "stage": spec.name,
-        "version": spec.version,
-        "fingerprint": fp,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "material": material,
-        "upstream": {name: str(a.path) for name, a in sorted(plan.context.upstream.items())},
-        "versions": _versions(),
-        "schema": [{"name": f.name, "type": str(f.type)} for f in spec.schema],
-        "key": list(spec.key),
-        "counts": {
-            "rows_in": totals.rows_in,
-            "rows_out": totals.rows_out,
-            "rows_excluded": totals.rows_excluded,
-            "units_in": totals.units_in,
-            "units_kept": totals.units_kept,
-            "units_excluded": totals.units_excluded,
-            "excluded_by_reason": dict(sorted(totals.reasons.items())),
-        },
-        "tables": dict(sorted(totals.tables.items())),
-        "chunks": {"total": totals.chunks, "resumed": resumed_chunks},
-        "wall_s": round(wall, 4),
-        "process_s": round(totals.process_s, 4),
-        "rows_per_s": round(totals.rows_in / wall, 1) if wall > 0 else None,
-        "cost": dict(sorted(totals.cost.items())),
-    }
