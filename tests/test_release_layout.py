@@ -13,16 +13,10 @@ import pytest
 import yaml
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
 
-from tasks.release.card import (
-    CardInfo,
-    ModelInfo,
-    Omission,
-    PromptInfo,
-    ReleaseError,
-    render_card,
-    split_statistics,
-)
+from tasks.release.card import CardInfo, ModelInfo, PromptInfo, render_card
 from tasks.release.layout import write_release
+from tasks.release.schema import Omission, ReleaseError
+from tasks.release.stats import split_statistics
 from tests.conftest import fake_key
 from tests.fake_hub import HUB_TOKEN, FakeHub
 

@@ -35,7 +35,7 @@ from tasks.cure.embed import EmbedConfig, encoder_for, resolved
 from tasks.evaluate.agreement import agreement
 from tasks.evaluate.baselines import bm25_run, dense_run
 from tasks.evaluate.metrics import evaluate
-from tasks.release.card import data_path
+from tasks.release.schema import data_path
 
 Baseline = Literal["bm25", "dense"]
 CONDITIONS = {"en": "en-en", "fr": "fr-en", "es": "es-en"}

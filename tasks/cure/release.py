@@ -34,8 +34,9 @@ from pydantic import Field
 from irforge.artifacts import lineage
 from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.release.card import LANGUAGES, CardInfo, ModelInfo, PromptInfo, release_configs
+from tasks.release.card import CardInfo, ModelInfo, PromptInfo
 from tasks.release.layout import write_release
+from tasks.release.schema import LANGUAGES, release_configs
 
 
 class ReleaseConfig(StrictModel):

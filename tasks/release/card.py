@@ -31,7 +31,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from tasks.release.schema import (
     ALL_SPLIT,
-    CONFIGS,
     CORPUS,
     CUREV1_DOMAINS,
     FEATURES,
@@ -42,9 +41,8 @@ from tasks.release.schema import (
     ReleaseError,
     data_path,
     release_configs,
-    release_splits,
 )
-from tasks.release.stats import SplitStats, split_statistics
+from tasks.release.stats import SplitStats
 from tasks.release.usage import loading_section
 
 _SIZE_BUCKETS: Final = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"))
@@ -391,27 +389,3 @@ def _refuse_secrets(card: str) -> None:
                     "remove it from the CardInfo field it came from (often the flow config): "
                     "credentials come from the environment and never go into a release"
                 )
-
-
-__all__ = [
-    "ALL_SPLIT",
-    "CONFIGS",
-    "CORPUS",
-    "CUREV1_DOMAINS",
-    "FEATURES",
-    "LANGUAGES",
-    "SCORES",
-    "SPLIT_NAME",
-    "CardInfo",
-    "ModelInfo",
-    "Omission",
-    "PromptInfo",
-    "ReleaseError",
-    "SplitStats",
-    "data_path",
-    "release_configs",
-    "release_splits",
-    "released_files",
-    "render_card",
-    "split_statistics",
-]
