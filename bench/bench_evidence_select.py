@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_evidence_select.py [--repeat 3]
 
 For each of the 37 dev instances (``../shared/samples/evidencebench``) it computes the four
-released evaluation fields with :func:`tasks.evidence.selection.evaluations`: the exact
+released evaluation fields with :func:`tasks.evidencebench.selection.evaluations`: the exact
 minimum cover (``optimal``) and the exact maximum coverage by 10 sentences, for all aspects,
 and the same for results aspects with 5 sentences; each with its lexicographically smallest
 selection (integer programs, HiGHS through ``scipy.optimize.milp``). Target: all 37 in
@@ -15,7 +15,7 @@ picks) for @K: the usual fast approximation. Reported: both times, the ratio, an
 greedy misses the exact optimum (a larger cover, or fewer aspects in K sentences). Every
 exact optimum is also checked against the released one. On the dev set greedy happens to
 be optimal everywhere (small aspect sets); the brute-force-checked case in
-``tests/test_evidence_selection.py::test_greedy_would_pick_more_sentences`` is one where
+``tests/evidencebench/test_selection.py::test_greedy_would_pick_more_sentences`` is one where
 it is not.
 
 Results go to ``bench/results/evidence_select.json``.
@@ -43,7 +43,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
 from bench.samples import SAMPLES  # noqa: E402
-from tasks.evidence.selection import AspectGroup, Coverage, coverage, evaluations  # noqa: E402
+from tasks.evidencebench.selection import AspectGroup, Coverage, coverage, evaluations  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "evidence_select.json"
 DEV = SAMPLES / "evidencebench" / "evidencebench_dev_set.json"

@@ -42,7 +42,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO))
 
 from bench.samples import SAMPLES, sample_passages  # noqa: E402
-from tasks.text.gopher import (  # noqa: E402
+from tasks.common.text.gopher import (  # noqa: E402
     DATATROVE_REASONS,
     GopherRules,
     RuleFailure,
@@ -102,7 +102,7 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 # The measurement choices where our defaults differ from datatrove (module docstring of
-# tasks.text.gopher, differences 1-3), each as the override that switches it back.
+# tasks.common.text.gopher, differences 1-3), each as the override that switches it back.
 SWITCHES: dict[str, dict[str, Any]] = {
     "ratio_basis": {"ratio_basis": "tokens"},
     "top_ngram_min_count": {"top_ngram_min_count": 1},

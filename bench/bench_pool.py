@@ -12,7 +12,7 @@ same length distributions are used (and the JSON says so).
 CPU (always): the builtin cross-encoder (``builtin:minilm-l6-cross-encoder``, 23M parameters,
 random head) scores the same pairs through
 
-* ours, :class:`tasks.rerank.local.CrossEncoderReranker`: exact token counts, pairs sorted
+* ours, :class:`tasks.common.rerank.local.CrossEncoderReranker`: exact token counts, pairs sorted
   longest first, batches of ``--batch-size`` in that order, raw logits back in input order;
 * the named peer, plain ``sentence_transformers.CrossEncoder.predict`` on the pairs in input
   order with the same ``batch_size`` and an identity activation (sentence-transformers 6
@@ -64,8 +64,8 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
 
 from bench.bench_dedup import SENTENCE  # noqa: E402
 from bench.samples import sample_passages  # noqa: E402
-from tasks.rerank.builtin import MINILM_CROSS_ENCODER, TOKENIZER_FILES  # noqa: E402
-from tasks.rerank.local import CrossEncoderReranker  # noqa: E402
+from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, TOKENIZER_FILES  # noqa: E402
+from tasks.common.rerank.local import CrossEncoderReranker  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "pool.json"
 PEAK_BF16_TFLOPS = {"H100 SXM": 989.0, "H100 PCIe": 756.0, "H200": 989.0, "A100": 312.0}

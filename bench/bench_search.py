@@ -13,8 +13,8 @@ vector is the passage's vector plus noise, normalised.
 
 In one process it times
 
-* ours, :class:`tasks.search.embedded.EmbeddedBackend`: the index build (tantivy + vectors
-  + ids + token store, committed, and the BM25 matrix of :mod:`tasks.search.bm25_kernels`),
+* ours, :class:`tasks.common.search.embedded.EmbeddedBackend`: the index build (tantivy + vectors
+  + ids + token store, committed, and the BM25 matrix of :mod:`tasks.common.search.bm25_kernels`),
   BM25 (``bm25``: tantivy's BM25 scored from that matrix by numba kernels) and kNN
   (``knn``) queries per second over all queries, and the full CURE mining pass: ``phrase``
   (query text, slop 2), ``fuzzy`` (passage text), ``knn`` (query vector) and ``knn``
@@ -66,9 +66,9 @@ if str(REPO) not in sys.path:  # run as a script from anywhere
 
 from bench.bench_dedup import SENTENCE, build_passages  # noqa: E402
 from bench.samples import sample_passages  # noqa: E402
-from tasks.search.embedded import EmbeddedBackend  # noqa: E402
-from tasks.search.fusion import rrf  # noqa: E402
-from tasks.search.port import F32, PASSAGE_SCHEMA, Hit, vectors_column  # noqa: E402
+from tasks.common.search.embedded import EmbeddedBackend  # noqa: E402
+from tasks.common.search.fusion import rrf  # noqa: E402
+from tasks.common.search.port import F32, PASSAGE_SCHEMA, Hit, vectors_column  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "search.json"
 TOKEN = re.compile(r"[^\W_]+")  # runs of letters/digits: what tantivy's simple tokenizer keeps

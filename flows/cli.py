@@ -39,9 +39,9 @@ from irforge.errors import IrforgeError
 from irforge.runs import latest_fingerprints
 from irforge.status import flow_status
 from irforge.summary import rows_table, run_summary, status_table
+from tasks.common.release.hub import push_release
+from tasks.common.report.html import write_report
 from tasks.cure import calibration
-from tasks.release.hub import push_release
-from tasks.report.html import write_report
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Build IR test collections as Prefect flows."

@@ -36,8 +36,8 @@ from irforge.pipeline import Selection, Step, execute_step, select_steps
 from irforge.progress import RichProgress
 from irforge.runs import RunRecorder, new_run_id
 from irforge.summary import summary_rows
-from tasks.llm.config import close_local_servers
-from tasks.report.html import write_report
+from tasks.common.llm.config import close_local_servers
+from tasks.common.report.html import write_report
 
 log = logging.getLogger("irforge")
 

@@ -7,7 +7,7 @@ SIGKILLed ``irforge`` would leave running) and writes each port the server is st
 on to our stdin, one per line; the victims are the processes whose command line
 contains MARKER and ``--port <a port we were told>``, so nothing else is ever signalled.
 
-Two independent triggers, as in ``tasks/llm/server_guard.py``: on Linux
+Two independent triggers, as in ``tasks/common/llm/server_guard.py``: on Linux
 ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` (man 2 PR_SET_PDEATHSIG), and everywhere the end of
 file on stdin, a pipe whose only writer is the parent.
 """

@@ -1,7 +1,7 @@
 """Values by key in one SQLite table: the common ground of the caches of paid requests.
 
-The reply cache (:class:`tasks.llm.cache.ReplyCache`) and the translation cache
-(:class:`tasks.translate.port.TranslationCache`) differ only in their table and in how a value
+The reply cache (:class:`tasks.common.llm.cache.ReplyCache`) and the translation cache
+(:class:`tasks.common.translate.port.TranslationCache`) differ only in their table and in how a value
 maps to a row; opening the file (WAL, ``synchronous=FULL``, schema), the thread lock, chunked
 lookups and first-write-wins inserts are here, once.
 """

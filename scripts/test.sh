@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
-# The run report's browser tests (tests/test_report.py) open the page in headless Chromium:
+# The run report's browser tests (tests/common/test_report.py) open the page in headless Chromium:
 # Debian's package, installed when missing and we may (root). Without it those tests skip
 # and say why; in CI (CI=true) a missing browser is an error instead, so they always run there.
 browser() { command -v chromium || command -v chromium-browser || command -v google-chrome; }

@@ -8,38 +8,38 @@ from typing import Any, Literal
 from irforge.config import StrictModel
 from irforge.pipeline import FlowConfig
 from irforge.stage import StageSpec
-from tasks.cure import corpus as corpus_stage
-from tasks.cure import dedup as dedup_stage
-from tasks.cure import embed as embed_stage
-from tasks.cure import evaluate as evaluate_stage
-from tasks.cure import filter as filter_stage
-from tasks.cure import index as index_stage
-from tasks.cure import ingest as ingest_stage
-from tasks.cure import intake as annotations_stage
-from tasks.cure import judge as judge_stage
-from tasks.cure import mine as mine_stage
-from tasks.cure import parse as parse_stage
-from tasks.cure import pool as pool_stage
-from tasks.cure import qrels as qrels_stage
-from tasks.cure import release as release_stage
-from tasks.cure import segment as segment_stage
-from tasks.cure import translate as translate_stage
-from tasks.cure.corpus import CorpusConfig
-from tasks.cure.dedup import DedupConfig
-from tasks.cure.embed import EmbedConfig
-from tasks.cure.evaluate import EvaluateConfig
-from tasks.cure.filter import FilterConfig
-from tasks.cure.index import IndexConfig
-from tasks.cure.ingest import IngestConfig
-from tasks.cure.intake import AnnotationsConfig
-from tasks.cure.judge import JudgeConfig
-from tasks.cure.mine import MineConfig
-from tasks.cure.parse import ParseConfig
-from tasks.cure.pool import PoolConfig
-from tasks.cure.qrels import QrelsConfig
-from tasks.cure.release import ReleaseConfig
-from tasks.cure.segment import SegmentConfig
-from tasks.cure.translate import TranslateConfig
+from tasks.cure.stages import annotations as annotations_stage
+from tasks.cure.stages import corpus as corpus_stage
+from tasks.cure.stages import dedup as dedup_stage
+from tasks.cure.stages import embed as embed_stage
+from tasks.cure.stages import evaluate as evaluate_stage
+from tasks.cure.stages import filter as filter_stage
+from tasks.cure.stages import index as index_stage
+from tasks.cure.stages import ingest as ingest_stage
+from tasks.cure.stages import judge as judge_stage
+from tasks.cure.stages import mine as mine_stage
+from tasks.cure.stages import parse as parse_stage
+from tasks.cure.stages import pool as pool_stage
+from tasks.cure.stages import qrels as qrels_stage
+from tasks.cure.stages import release as release_stage
+from tasks.cure.stages import segment as segment_stage
+from tasks.cure.stages import translate as translate_stage
+from tasks.cure.stages.annotations import AnnotationsConfig
+from tasks.cure.stages.corpus import CorpusConfig
+from tasks.cure.stages.dedup import DedupConfig
+from tasks.cure.stages.embed import EmbedConfig
+from tasks.cure.stages.evaluate import EvaluateConfig
+from tasks.cure.stages.filter import FilterConfig
+from tasks.cure.stages.index import IndexConfig
+from tasks.cure.stages.ingest import IngestConfig
+from tasks.cure.stages.judge import JudgeConfig
+from tasks.cure.stages.mine import MineConfig
+from tasks.cure.stages.parse import ParseConfig
+from tasks.cure.stages.pool import PoolConfig
+from tasks.cure.stages.qrels import QrelsConfig
+from tasks.cure.stages.release import ReleaseConfig
+from tasks.cure.stages.segment import SegmentConfig
+from tasks.cure.stages.translate import TranslateConfig
 
 
 class CureStages(StrictModel):

@@ -18,26 +18,26 @@ from typing import Any, Literal
 from irforge.config import StrictModel
 from irforge.pipeline import FlowConfig
 from irforge.stage import StageSpec
-from tasks.evidencebench import align as align_stage
-from tasks.evidencebench import decompose as decompose_stage
-from tasks.evidencebench import evaluate as evaluate_stage
-from tasks.evidencebench import export as export_stage
-from tasks.evidencebench import harvest as harvest_stage
-from tasks.evidencebench import hypothesis as hypothesis_stage
-from tasks.evidencebench import label as label_stage
-from tasks.evidencebench import papers as papers_stage
-from tasks.evidencebench import refine as refine_stage
-from tasks.evidencebench import select as select_stage
-from tasks.evidencebench.align import AlignConfig
-from tasks.evidencebench.decompose import DecomposeConfig
-from tasks.evidencebench.evaluate import EvaluateConfig
-from tasks.evidencebench.export import ExportConfig
-from tasks.evidencebench.harvest import HarvestConfig
-from tasks.evidencebench.hypothesis import HypothesisConfig
-from tasks.evidencebench.label import LabelConfig
-from tasks.evidencebench.papers import PapersConfig
-from tasks.evidencebench.refine import RefineConfig
-from tasks.evidencebench.select import SelectConfig
+from tasks.evidencebench.stages import align as align_stage
+from tasks.evidencebench.stages import decompose as decompose_stage
+from tasks.evidencebench.stages import evaluate as evaluate_stage
+from tasks.evidencebench.stages import export as export_stage
+from tasks.evidencebench.stages import harvest as harvest_stage
+from tasks.evidencebench.stages import hypothesis as hypothesis_stage
+from tasks.evidencebench.stages import label as label_stage
+from tasks.evidencebench.stages import papers as papers_stage
+from tasks.evidencebench.stages import refine as refine_stage
+from tasks.evidencebench.stages import select as select_stage
+from tasks.evidencebench.stages.align import AlignConfig
+from tasks.evidencebench.stages.decompose import DecomposeConfig
+from tasks.evidencebench.stages.evaluate import EvaluateConfig
+from tasks.evidencebench.stages.export import ExportConfig
+from tasks.evidencebench.stages.harvest import HarvestConfig
+from tasks.evidencebench.stages.hypothesis import HypothesisConfig
+from tasks.evidencebench.stages.label import LabelConfig
+from tasks.evidencebench.stages.papers import PapersConfig
+from tasks.evidencebench.stages.refine import RefineConfig
+from tasks.evidencebench.stages.select import SelectConfig
 
 
 class EvidenceBenchStages(StrictModel):

@@ -17,10 +17,10 @@ import pyarrow as pa
 
 from irforge.errors import IrforgeError
 from irforge.stage import StageContext
-from tasks.evidence.llm_steps import Prompt, Step, load_prompt
-from tasks.llm.cache import ChatStats, ReplyCache, cached_chat
-from tasks.llm.config import LLMConfig, chat_model, cost_usd
-from tasks.llm.port import ChatFailure, ChatOutcome, ChatReply, ChatRequest, Validator
+from tasks.common.llm.cache import ChatStats, ReplyCache, cached_chat
+from tasks.common.llm.config import LLMConfig, chat_model, cost_usd
+from tasks.common.llm.port import ChatFailure, ChatOutcome, ChatReply, ChatRequest, Validator
+from tasks.evidencebench.llm_steps import Prompt, Step, load_prompt
 
 LLM_COST_FIELDS = (
     pa.field("engine", pa.string(), nullable=False),

@@ -1,0 +1,339 @@
+"""The encoder port on an OpenAI-compatible ``/v1/embeddings`` endpoint, with the ``openai`` client.
+
+This is how vLLM serves BGE on the GPU host (``vllm serve BAAI/bge-small-en-v1.5``); any
+server speaking the protocol works. What is sent: ``POST {base_url}/embeddings`` with
+``{"model", "input": [...], "encoding_format": "float"}`` (plus ``truncate_prompt_tokens``
+when configured) and ``Authorization: Bearer <key>``. ``base_url`` is the API root, usually
+ending in ``/v1``.
+
+- The key is read from the environment variable named by ``api_key_env`` (default
+  ``OPENAI_API_KEY``) when the encoder is built. When it is unset, ``"EMPTY"`` is sent: a
+  vLLM started without ``--api-key`` accepts any key, and ``EMPTY`` is vLLM's documented
+  placeholder. The key never appears in an error message, in :meth:`describe`, or in a
+  chained exception whose text carries it.
+- The client retries 408, 409, 429, 5xx and dropped connections itself (``max_retries``,
+  exponential backoff from 0.5 s, or the server's ``retry-after``); what still fails is
+  mapped: a rejected key (401/403), an unknown model (404) or a refused request (400) is an
+  :class:`~tasks.common.embed.port.EncoderError`; an unreachable or still failing server an
+  :class:`~tasks.common.embed.port.EncoderUnavailable`.
+- Responses are checked, not trusted: one vector per input, ``index`` a permutation of the
+  inputs (rows are put back in input order by ``index``), one length for every vector,
+  equal to ``dims``. Vectors are normalised again here (in float64, then stored as
+  float32): vLLM normalises embedding models by default, other servers may not.
+- ``dims`` is the expected vector length, checked on every response; it is not sent (the
+  ``dimensions`` request field only works for Matryoshka models). Left unset, it is
+  learnt from the first response, and reading :attr:`OpenAIEmbeddingsEncoder.dims` (or
+  :meth:`~OpenAIEmbeddingsEncoder.describe`) before any request asks the server once.
+  Configure it to compute a fingerprint without a server.
+- ``truncate_prompt_tokens`` (vLLM only; OpenAI rejects it) truncates inputs to that many
+  tokens server-side. Without it vLLM answers 400 for a text longer than the model's
+  context (512 tokens for BGE), where sentence-transformers would truncate silently.
+- Prefixes (see :mod:`tasks.common.embed.port`) are prepended here: the server applies none.
+
+:meth:`~OpenAIEmbeddingsEncoder.describe` leaves out ``base_url``: it says where the model
+runs, not what it computes, so moving the server does not invalidate artifacts. Name the
+served model after what it is (vLLM's ``--served-model-name``) and set ``revision`` to the
+model's commit so that the fingerprint pins the weights; the server does not report them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import urllib.parse
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import openai
+from openai.types import CreateEmbeddingResponse
+
+from tasks.common.embed.port import (
+    F32,
+    NORMALIZATION,
+    EncoderError,
+    EncoderUnavailable,
+    Kind,
+    ProgressFn,
+    batches,
+    check_kind,
+    check_texts,
+    empty,
+    normalise_rows,
+)
+from tasks.common.urls import public_url
+
+ENGINE = "openai-embeddings"
+PLACEHOLDER_KEY = "EMPTY"
+MAX_INPUTS_PER_REQUEST = 2048  # OpenAI's limit on the length of ``input``
+_T = TypeVar("_T")
+
+
+class OpenAIEmbeddingsEncoder:
+    """The :class:`~tasks.common.embed.port.Encoder` port on an OpenAI-compatible embeddings endpoint.
+
+    Requests carry at most ``batch_size`` texts and are sent one after another;
+    ``on_batch`` is called after each. Safe to share between threads.
+    """
+
+    name: str = ENGINE
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        batch_size: int = 128,
+        dims: int | None = None,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+        revision: str | None = None,
+        truncate_prompt_tokens: int | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 5,
+    ) -> None:
+        parts = urllib.parse.urlsplit(base_url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise EncoderError(
+                f"embeddings base_url {public_url(base_url)!r} is not an http(s) URL: give the API root, "
+                "e.g. http://gpu-host:8000/v1"
+            )
+        if not model.strip():
+            raise EncoderError("no embeddings model given: use the model name the server serves")
+        if not 1 <= batch_size <= MAX_INPUTS_PER_REQUEST:
+            raise EncoderError(f"batch_size must be between 1 and {MAX_INPUTS_PER_REQUEST}, got {batch_size}")
+        if dims is not None and dims < 1:
+            raise EncoderError(f"dims must be at least 1, got {dims}")
+        if truncate_prompt_tokens is not None and truncate_prompt_tokens < 1:
+            raise EncoderError(f"truncate_prompt_tokens must be at least 1, got {truncate_prompt_tokens}")
+        if timeout_s <= 0:
+            raise EncoderError(f"timeout_s must be positive, got {timeout_s}")
+        if max_retries < 0:
+            raise EncoderError(f"max_retries must be >= 0, got {max_retries}")
+
+        self.base_url = public_url(base_url.strip())
+        self.batch_size = batch_size
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self.truncate_prompt_tokens = truncate_prompt_tokens
+        self._model = model.strip()
+        self._revision = revision
+        self._dims = dims
+        self._dims_lock = threading.Lock()
+        self._api_key_env = api_key_env
+        self._timeout_s = timeout_s
+        self._retries = max_retries
+
+        key = os.environ.get(api_key_env, "").strip()
+        self._key_is_set = bool(key)
+        # The placeholder is public knowledge and a common word: scrubbing it would garble messages.
+        self._secret = key if key and key != PLACEHOLDER_KEY else None
+        self._client = openai.OpenAI(
+            api_key=key or PLACEHOLDER_KEY,
+            base_url=base_url.strip(),
+            timeout=timeout_s,
+            max_retries=max_retries,
+        )
+
+    # -- the port ---------------------------------------------------------------------
+
+    @property
+    def model_id(self) -> str:
+        return self._model
+
+    @property
+    def revision(self) -> str | None:
+        return self._revision
+
+    @property
+    def dims(self) -> int:
+        if self._dims is None:
+            self._embed(["dimension probe"])  # learns the length from the answer
+        assert self._dims is not None
+        return self._dims
+
+    def encode(self, texts: Sequence[str], *, kind: Kind, on_batch: ProgressFn | None = None) -> F32:
+        prefix = self.query_prefix if check_kind(kind) == "query" else self.passage_prefix
+        items = check_texts(texts)
+        if not items:
+            return empty(self.dims)
+        parts: list[F32] = []
+        for batch in batches(len(items), self.batch_size):
+            parts.append(self._embed([prefix + items[i] for i in batch]))
+            if on_batch is not None:
+                on_batch(batch.stop, len(items))
+        return np.ascontiguousarray(np.concatenate(parts, axis=0))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": ENGINE,
+            "model": self._model,
+            "revision": self._revision,
+            "dims": self.dims,
+            "normalization": NORMALIZATION,
+            "query_prefix": self.query_prefix,
+            "passage_prefix": self.passage_prefix,
+            "max_seq_length": self.truncate_prompt_tokens,
+        }
+
+    # -- extras -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> OpenAIEmbeddingsEncoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAIEmbeddingsEncoder(base_url={self.base_url!r}, model={self._model!r}, dims={self._dims})"
+        )
+
+    # -- internals --------------------------------------------------------------------
+
+    def _embed(self, inputs: list[str]) -> F32:
+        extra = (
+            {"truncate_prompt_tokens": self.truncate_prompt_tokens} if self.truncate_prompt_tokens else None
+        )
+        response = self._call(
+            lambda: self._client.embeddings.create(
+                model=self._model, input=inputs, encoding_format="float", extra_body=extra
+            )
+        )
+        return self._vectors(response, len(inputs))
+
+    def _vectors(self, response: CreateEmbeddingResponse, n: int) -> F32:
+        where = f"{self.base_url} (model {self._model})"
+        data = list(getattr(response, "data", None) or [])
+        if len(data) != n:
+            raise EncoderError(
+                f"{where} returned {len(data)} embeddings for {_inputs(n)}: the server is not "
+                "speaking the OpenAI embeddings protocol; check base_url"
+            )
+        indices = [getattr(item, "index", None) for item in data]
+        if sorted(i for i in indices if isinstance(i, int)) != list(range(n)):
+            raise EncoderError(
+                f"{where} returned embeddings whose 'index' values are not 0..{n - 1} once each "
+                f"({indices[:10]}{'...' if n > 10 else ''}): cannot tell which vector belongs to which text"
+            )
+        rows: list[Any] = [None] * n
+        for item in data:
+            rows[item.index] = item.embedding
+        not_numbers = EncoderError(
+            f"{where} returned embeddings that are not lists of numbers: the server ignored "
+            "encoding_format='float'"
+        )
+        if not all(isinstance(row, list) for row in rows):
+            raise not_numbers
+        lengths = {len(row) for row in rows}
+        if len(lengths) != 1:
+            raise EncoderError(
+                f"{where} returned vectors of different lengths {sorted(lengths)} in one answer"
+            )
+        try:
+            matrix = np.asarray(rows, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise not_numbers from None
+        width = lengths.pop()
+        with self._dims_lock:
+            if self._dims is None:
+                self._dims = width
+        if width != self._dims:
+            raise EncoderError(
+                f"{where} returned {width}-dimensional vectors, expected {self._dims}: the served model "
+                "changed, or dims is misconfigured; vectors of different models must not be mixed"
+            )
+        return normalise_rows(matrix, source=where)
+
+    def _scrub(self, text: str, limit: int = 300) -> str:
+        one_line = " ".join(text.split())
+        if self._secret:
+            one_line = one_line.replace(self._secret, "<api key>")
+        return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
+
+    def _call(self, fn: Callable[[], _T]) -> _T:
+        """Run one client call; map what still fails after the client's retries.
+
+        The mapped error is raised outside the ``except`` block so that the client's exception
+        is attached (as ``__cause__``) only when no exception in its chain carries the key.
+        """
+        try:
+            return fn()
+        except openai.OpenAIError as exc:
+            failure = self._map_error(exc)
+        raise failure
+
+    def _map_error(self, exc: openai.OpenAIError) -> EncoderError:
+        where = self.base_url
+        retries = f"{self._retries} retr{'y' if self._retries == 1 else 'ies'}"
+        detail = self._scrub(getattr(exc, "message", None) or str(exc))
+        err: EncoderError
+        if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
+            unset = (
+                ""
+                if self._key_is_set
+                else f" ({self._api_key_env} is unset, so {PLACEHOLDER_KEY!r} was sent)"
+            )
+            err = EncoderError(
+                f"{where} rejected the API key (HTTP {exc.status_code}){unset}: set {self._api_key_env} "
+                "to a key this server accepts (vLLM: the value of its --api-key)"
+            )
+        elif isinstance(exc, openai.NotFoundError):
+            err = EncoderError(
+                f"{where} answered 404 for model {self._model!r} ({detail}): use a model name the server "
+                f"serves (GET {where}/models lists them; vLLM: --served-model-name), and a base_url "
+                "that ends in /v1"
+            )
+        elif isinstance(exc, openai.RateLimitError):
+            err = EncoderUnavailable(
+                f"{where} still answered 429 Too Many Requests after {retries}: run fewer embedding "
+                "jobs at once or raise max_retries, then rerun"
+            )
+        elif isinstance(exc, openai.APITimeoutError):
+            err = EncoderUnavailable(
+                f"{where} did not answer within {self._timeout_s:g} s, {retries} included: raise "
+                "timeout_s or lower batch_size, then rerun"
+            )
+        elif isinstance(exc, openai.APIConnectionError):
+            err = EncoderUnavailable(
+                f"cannot reach the embeddings server at {where} after {retries} ({detail}): is it "
+                "running? check base_url, then rerun"
+            )
+        elif isinstance(exc, openai.APIStatusError) and exc.status_code >= 500:
+            err = EncoderUnavailable(
+                f"{where} kept failing with HTTP {exc.status_code} after {retries} ({detail}): the "
+                "server is having trouble; check its log, rerun later"
+            )
+        elif isinstance(exc, openai.BadRequestError):
+            err = EncoderError(
+                f"{where} refused the request for model {self._model!r} (HTTP 400: {detail}): a text "
+                "longer than the model's context? set truncate_prompt_tokens (vLLM) or shorten the passages"
+            )
+        elif isinstance(exc, openai.APIStatusError):
+            err = EncoderError(
+                f"{where} refused the request for model {self._model!r} (HTTP {exc.status_code}: {detail})"
+            )
+        else:
+            err = EncoderError(f"embeddings request to {where} failed: {type(exc).__name__}: {detail}")
+        if not self._chain_carries_secret(exc):
+            err.__cause__ = exc
+        err.__suppress_context__ = True
+        return err
+
+    def _chain_carries_secret(self, exc: BaseException) -> bool:
+        if not self._secret:
+            return False
+        link: BaseException | None = exc
+        while link is not None:
+            if self._secret in str(link) or self._secret in repr(link):
+                return True
+            link = link.__cause__ or link.__context__
+        return False
+
+
+def _inputs(n: int) -> str:
+    return f"{n} input{'' if n == 1 else 's'}"

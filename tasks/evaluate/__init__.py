@@ -1,7 +1,0 @@
-"""Evaluation of a released collection (CURE §4): baseline runs, their effectiveness, and
-agreement between relevance raters.
-
-:mod:`tasks.evaluate.baselines` makes BM25 and dense runs over a split,
-:mod:`tasks.evaluate.metrics` scores a run against qrels (nDCG@10, Recall@100 with
-ir-measures), :mod:`tasks.evaluate.agreement` computes Cohen's and Fleiss' κ.
-"""

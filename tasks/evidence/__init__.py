@@ -1,1 +1,0 @@
-"""EvidenceBench construction: harvest, refine, decompose, align, select and evaluate."""

@@ -1,0 +1,390 @@
+"""The stage contract: fingerprints, reuse, selective recomputation, atomicity, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from irforge.artifacts import ArtifactStore
+from irforge.errors import AccountingError, IrforgeError
+from irforge.pipeline import Selection
+from irforge.stage import ChunkResult, StageSpec
+from irforge.status import flow_status
+from tests.engine.toy_pipeline import (
+    NUMBERS,
+    TOY,
+    NumbersConfig,
+    SquareConfig,
+    ToyConfig,
+    ToyStages,
+    run_toy,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def config(count: int = 100, limit: int = 5000, log: Path | None = None) -> ToyConfig:
+    numbers = NumbersConfig(count=count, log_file=str(log) if log else None)
+    return ToyConfig(stages=ToyStages(numbers=numbers, square=SquareConfig(limit=limit)))
+
+
+def test_artifact_layout_manifest_and_row_accounting(tmp_path: Path) -> None:
+    out = run_toy(tmp_path, config())
+    numbers = out["numbers"].artifact
+    assert numbers.path == tmp_path / "toy" / "numbers" / numbers.fingerprint
+    assert (numbers.path / "excluded.parquet").is_file() and numbers.parts
+    m = numbers.manifest
+    # 0..99: the 15 multiples of 7 (0, 7, ..., 98) are excluded, 85 kept.
+    assert m["counts"]["rows_in"] == 100
+    assert m["counts"]["rows_out"] == 85
+    assert m["counts"]["excluded_by_reason"] == {"multiple_of_7": 15}
+    assert m["chunks"] == {"total": 10, "resumed": 0}
+    assert m["material"]["config"]["count"] == 100
+    assert numbers.excluded().column("id").to_pylist() == list(range(0, 100, 7))
+    square = out["square"].artifact
+    assert square.manifest["material"]["upstream"] == {"numbers": numbers.fingerprint}
+    # squares above 5000: ids 71..99 not multiple of 7
+    too_big = [i for i in range(71, 100) if i % 7]
+    assert square.excluded().column("id").to_pylist() == too_big
+    assert square.num_rows == 85 - len(too_big)
+
+
+def test_second_run_reuses_everything(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    first = run_toy(tmp_path, config(log=log))
+    calls = log.read_text().splitlines()
+    second = run_toy(tmp_path, config(log=log))
+    assert {o.state for o in second.values()} == {"reused"}
+    assert log.read_text().splitlines() == calls  # nothing processed again
+    assert {k: o.artifact.path for k, o in first.items()} == {k: o.artifact.path for k, o in second.items()}
+
+
+def test_config_change_recomputes_that_stage_and_downstream_only(tmp_path: Path) -> None:
+    first = run_toy(tmp_path, config(limit=5000))
+    changed = run_toy(tmp_path, config(limit=100))
+    assert changed["numbers"].state == "reused"
+    assert changed["square"].state == "computed"
+    assert changed["square"].artifact.fingerprint != first["square"].artifact.fingerprint
+    upstream_change = run_toy(tmp_path, config(count=50, limit=100))
+    assert upstream_change["numbers"].state == "computed"
+    assert upstream_change["square"].state == "computed"  # its upstream fingerprint changed
+
+
+def test_from_only_until_force_recompute_exactly_what_they_say(tmp_path: Path) -> None:
+    run_toy(tmp_path, config())
+    assert {k: o.state for k, o in run_toy(tmp_path, config(), Selection(from_stage="square")).items()} == {
+        "numbers": "reused",
+        "square": "computed",
+    }
+    assert {k: o.state for k, o in run_toy(tmp_path, config(), Selection(from_stage="numbers")).items()} == {
+        "numbers": "computed",
+        "square": "computed",
+    }
+    assert {k: o.state for k, o in run_toy(tmp_path, config(), Selection(only="numbers")).items()} == {
+        "numbers": "computed"
+    }
+    assert {k: o.state for k, o in run_toy(tmp_path, config(), Selection(until="numbers")).items()} == {
+        "numbers": "reused"
+    }
+    forced = run_toy(tmp_path, config(), Selection(force=True))
+    assert {o.state for o in forced.values()} == {"computed"}
+
+
+def test_leftovers_of_a_killed_assembly_are_removed(tmp_path: Path) -> None:
+    fp = TOY.plan(config(), tmp_path)["numbers"].fingerprint
+    stage_dir = tmp_path / "toy" / "numbers"
+    for name in (f".tmp-{fp}-dead0001", f".trash-{fp}-dead0002"):
+        (stage_dir / name).mkdir(parents=True)
+        (stage_dir / name / "part-00000.parquet").write_bytes(b"half")
+    run_toy(tmp_path, config())
+    assert sorted(p.name for p in stage_dir.iterdir() if not p.name.startswith(".lock")) == [fp]
+
+
+def test_only_needs_upstream_artifacts(tmp_path: Path) -> None:
+    with pytest.raises(IrforgeError, match="upstream stage numbers has no artifact"):
+        run_toy(tmp_path, config(), Selection(only="square"))
+    with pytest.raises(IrforgeError, match="no stage 'nope'"):
+        run_toy(tmp_path, config(), Selection(from_stage="nope"))
+
+
+def test_status_fresh_stale_missing_names_what_changed(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    before = {s.stage: s.state for s in flow_status(TOY, config(), tmp_path, store)}
+    assert before == {"numbers": "missing", "square": "missing"}
+    out = run_toy(tmp_path, config(limit=5000))
+    # run_toy does not write run records (flows do): record what a flow run would.
+    (tmp_path / "toy").mkdir(exist_ok=True)
+    (tmp_path / "toy" / "latest.json").write_text(
+        json.dumps({k: o.artifact.fingerprint for k, o in out.items()})
+    )
+    statuses = {s.stage: s for s in flow_status(TOY, config(limit=100), tmp_path, store)}
+    assert statuses["numbers"].state == "fresh"
+    assert statuses["square"].state == "stale"
+    assert statuses["square"].changed == ["config limit: 5000 -> 100"]
+    statuses = {s.stage: s for s in flow_status(TOY, config(count=10), tmp_path, store)}
+    assert statuses["numbers"].changed == ["config count: 100 -> 10"]
+    assert statuses["square"].changed == ["upstream numbers changed"]
+
+
+def test_accounting_error_when_a_stage_loses_rows(tmp_path: Path) -> None:
+    def lossy(chunk: pa.Table, ctx: object) -> ChunkResult:
+        return ChunkResult(chunk.slice(1).append_column("value", chunk.column("id").slice(1)), _no_rows())
+
+    def _no_rows() -> pa.Table:
+        return NUMBERS.excluded_schema.empty_table()
+
+    broken: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": lossy})
+    pipeline = TOY.__class__(name="toy", config_type=ToyConfig, stages=(broken,), default_config=Path("x"))
+    from irforge.pipeline import execute_step, select_steps
+
+    cfg = config()
+    plans = pipeline.plan(cfg, tmp_path)
+    store = ArtifactStore(tmp_path)
+    (step,) = select_steps(pipeline, plans, Selection(), store)
+    with pytest.raises(AccountingError, match=r"lost: 1 0"):
+        execute_step(step, store, "toy", cfg.execution)
+    assert store.find("toy", "numbers", step.plan.fingerprint) is None  # nothing published
+
+
+def test_readers_never_see_a_partial_artifact(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    plans = TOY.plan(config(count=1000), tmp_path)
+    fp = plans["numbers"].fingerprint
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            found = store.find("toy", "numbers", fp)
+            if found is not None:
+                # Whenever the directory is visible, it is complete and consistent.
+                seen.append(found.num_rows)
+                assert found.num_rows == found.manifest["counts"]["rows_out"]
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        run_toy(tmp_path, config(count=1000), Selection(force=True), chunk_rows=50)
+        run_toy(tmp_path, config(count=1000), Selection(force=True), chunk_rows=50)  # replace in place
+    finally:
+        stop.set()
+        thread.join()
+    assert seen and set(seen) == {1000 - len(range(0, 1000, 7))}
+
+
+@pytest.mark.slow
+def test_sigkill_mid_stage_resumes_to_identical_artifacts(tmp_path: Path) -> None:
+    killed_root, clean_root = tmp_path / "killed", tmp_path / "clean"
+    log = tmp_path / "calls.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.engine.toy_pipeline", str(killed_root), str(log)], cwd=REPO, env=env
+    )
+    work = killed_root / "toy" / "numbers"
+    deadline = time.monotonic() + 60
+    markers: list[Path] = []
+    while time.monotonic() < deadline and len(markers) < 3:
+        markers = list(work.glob(".work-*/chunk-*.json")) if work.exists() else []
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(markers) >= 3, "the run finished or stalled before it could be killed"
+    finished_before_kill = {
+        int(p.name.split("-")[1].split(".")[0]) for p in work.glob(".work-*/chunk-*.json")
+    }
+    assert not [p for p in work.iterdir() if not p.name.startswith(".")], "no artifact may be published yet"
+    calls_before = len(log.read_text().splitlines())
+
+    cfg = ToyConfig(stages=ToyStages(numbers=NumbersConfig(sleep_s=0.15, log_file=str(log))))
+    resumed = run_toy(killed_root, cfg)
+    assert resumed["numbers"].state == "resumed"
+    assert resumed["numbers"].manifest["chunks"]["resumed"] == len(finished_before_kill)
+    recomputed = {int(x) // 10 for x in log.read_text().splitlines()[calls_before:]}
+    assert not recomputed & finished_before_kill  # finished chunks were not computed again
+    assert not list(work.glob(".work-*")) and not list(work.glob(".tmp-*"))
+
+    clean = run_toy(
+        clean_root, cfg.model_copy(update={"stages": ToyStages(numbers=NumbersConfig(sleep_s=0.15))})
+    )
+    for stage in ("numbers", "square"):
+        a, b = resumed[stage].artifact, clean[stage].artifact
+        assert a.read().equals(b.read())
+        assert a.excluded().equals(b.excluded())
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 4, 7, 50])
+def test_grouped_chunks_never_split_a_group(tmp_path: Path, chunk_rows: int) -> None:
+    import pyarrow.parquet as pq
+
+    from irforge.artifacts import Artifact
+    from irforge.stage import ArtifactSource
+
+    sizes = [3, 4, 1, 5, 2, 8, 1, 1, 4]
+    groups = [f"g{i}" for i, n in enumerate(sizes) for _ in range(n)]
+    art = tmp_path / "a"
+    art.mkdir()
+    table = pa.table({"group": groups, "row": list(range(len(groups)))})
+    # Two parts, so batches also end at a file boundary in the middle of group g3.
+    pq.write_table(table.slice(0, 10), art / "part-00000.parquet")
+    pq.write_table(table.slice(10), art / "part-00001.parquet")
+    chunks = list(ArtifactSource(Artifact(art), group_by="group").batches(chunk_rows))
+    assert pa.concat_tables(chunks).column("row").to_pylist() == list(range(len(groups)))
+    seen: set[str] = set()
+    for chunk in chunks:
+        names = set(chunk.column("group").to_pylist())
+        assert not names & seen, "a group was split across chunks"
+        seen |= names
+        assert chunk.num_rows >= min(chunk_rows, 1)
+
+
+def test_whole_input_stage_with_a_side_table(tmp_path: Path) -> None:
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+    from irforge.stage import TableSource
+
+    stats_schema = pa.schema([pa.field("chunk_rows", pa.int64())])
+    calls: list[int] = []
+
+    def process(chunk: pa.Table, ctx: object) -> ChunkResult:
+        calls.append(chunk.num_rows)
+        kept = chunk.append_column("value", chunk.column("id"))
+        return ChunkResult(
+            kept, NUMBERS.excluded_schema.empty_table(), {"stats": pa.table({"chunk_rows": [chunk.num_rows]})}
+        )
+
+    def source(ctx: object, _inputs: object) -> TableSource:
+        return TableSource(pa.table({"id": pa.array(range(25), pa.int64())}))
+
+    whole: StageSpec[NumbersConfig] = StageSpec(
+        **{
+            **NUMBERS.__dict__,
+            "process": process,
+            "source": source,
+            "whole_input": True,
+            "tables": {"stats": stats_schema},
+        }
+    )
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(whole,), default_config=Path("x"))
+    cfg = config()  # chunk_rows 2000 default; the toy helpers use 10, so set it small here too
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
+    store = ArtifactStore(tmp_path)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
+    artifact = execute_step(step, store, "toy", cfg.execution).artifact
+    assert calls == [25]  # one chunk despite chunk_rows = 10
+    assert artifact.table_names == ["stats"]
+    assert artifact.read(table="stats").column("chunk_rows").to_pylist() == [25]
+    assert artifact.manifest["tables"] == {"stats": 1}
+    with pytest.raises(IrforgeError, match="has no table 'nope'"):
+        artifact.read(table="nope")
+
+
+def test_files_a_stage_writes_are_published_with_its_artifact(tmp_path: Path) -> None:
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+    from irforge.stage import StageContext, TableSource
+
+    seen: list[Path | None] = []
+
+    def process(chunk: pa.Table, ctx: StageContext[NumbersConfig]) -> ChunkResult:
+        seen.append(ctx.files_dir)
+        assert ctx.files_dir is not None
+        # Appending per chunk: a resumed run finds the earlier chunks' lines.
+        with (ctx.files_dir / "ids.txt").open("a", encoding="utf-8") as out:
+            out.writelines(f"{i}\n" for i in chunk.column("id").to_pylist())
+        kept = chunk.append_column("value", chunk.column("id"))
+        return ChunkResult(kept, NUMBERS.excluded_schema.empty_table())
+
+    def source(ctx: object, _inputs: object) -> TableSource:
+        return TableSource(pa.table({"id": pa.array(range(25), pa.int64())}))
+
+    stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process, "source": source})
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
+    cfg = config()
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
+    store = ArtifactStore(tmp_path)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
+    artifact = execute_step(step, store, "toy", cfg.execution).artifact
+    assert len(seen) == 3 and len(set(seen)) == 1  # one folder for every chunk of the run
+    assert (artifact.files / "ids.txt").read_text(encoding="utf-8").split() == [str(i) for i in range(25)]
+    assert not any(p.name.startswith(".work") for p in artifact.path.parent.iterdir())
+
+
+def _run_failing_at(root: Path, chunk_index: int, error: Exception) -> None:
+    """Run a numbers stage (10-row chunks) whose ``chunk_index``-th chunk raises ``error``."""
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+
+    calls = iter(range(10**6))
+
+    def process(chunk: pa.Table, ctx: object) -> ChunkResult:
+        if next(calls) == chunk_index:
+            raise error
+        kept = chunk.append_column("value", chunk.column("id"))
+        return ChunkResult(kept, NUMBERS.excluded_schema.empty_table())
+
+    stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process})
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
+    cfg = config()
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
+    store = ArtifactStore(root)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, root), Selection(), store)
+    execute_step(step, store, "toy", cfg.execution)
+
+
+def test_a_config_error_leaves_no_work_dir(tmp_path: Path) -> None:
+    from irforge.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="base_url is required"):
+        _run_failing_at(tmp_path, 0, ConfigError("llm.base_url is required with engine: openai"))
+    stage_dir = tmp_path / "toy" / "numbers"
+    assert [p.name for p in stage_dir.iterdir() if not p.name.startswith(".lock-")] == []
+
+
+def test_a_failure_after_finished_chunks_keeps_them_for_the_resumed_run(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="went away"):
+        _run_failing_at(tmp_path, 3, RuntimeError("the server went away"))
+    (work,) = (tmp_path / "toy" / "numbers").glob(".work-*")
+    assert len(list(work.glob("chunk-*.json"))) == 3
+
+
+def test_files_survive_a_failed_publish_for_the_resumed_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+    from irforge.stage import StageContext
+
+    def process(chunk: pa.Table, ctx: StageContext[NumbersConfig]) -> ChunkResult:
+        assert ctx.files_dir is not None
+        (ctx.files_dir / f"chunk-{chunk.column('id')[0].as_py()}.txt").write_text("x")
+        return ChunkResult(
+            chunk.append_column("value", chunk.column("id")), NUMBERS.excluded_schema.empty_table()
+        )
+
+    stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process})
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
+    cfg = config(count=30)
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
+    store = ArtifactStore(tmp_path)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
+
+    def disk_full(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "publish", disk_full)
+        with pytest.raises(OSError, match="No space left"):
+            execute_step(step, store, "toy", cfg.execution)
+    outcome = execute_step(step, store, "toy", cfg.execution)
+    assert outcome.state == "resumed"
+    assert sorted(p.name for p in outcome.artifact.files.iterdir()) == [
+        "chunk-0.txt",
+        "chunk-10.txt",
+        "chunk-20.txt",
+    ]
