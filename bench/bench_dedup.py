@@ -37,32 +37,27 @@ Results go to ``bench/results/dedup.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
-import re
 import statistics
 import string
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from rapidfuzz import __version__ as rapidfuzz_version
 from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 from rich.console import Console
-from rich.table import Table
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(REPO))
+if __package__ in (None, ""):  # run as a script: put the repository on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.samples import sample_passages  # noqa: E402
-from tasks.common.text import variants  # noqa: E402
-from tasks.common.text.variants import (  # noqa: E402
+from bench import common
+from bench.samples import build_passages, sample_passages
+from tasks.common.text import variant_grams
+from tasks.common.text.variants import (
     Containment,
     clusters,
     containments,
@@ -70,30 +65,6 @@ from tasks.common.text.variants import (  # noqa: E402
     normalise,
     similar_pairs,
 )
-
-RESULTS = REPO / "bench" / "results" / "dedup.json"
-SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
-T = TypeVar("T")
-
-
-def build_passages(paragraphs: Sequence[str], n: int, rng: random.Random) -> list[str]:
-    """``n`` distinct passages of 50-150 words: runs of sentences from different paragraphs."""
-    pools = [s for p in paragraphs if (s := [x for x in SENTENCE.split(p) if len(x.split()) >= 3])]
-    out: list[str] = []
-    seen: set[str] = set()
-    while len(out) < n:
-        target, words, parts = rng.randint(50, 150), 0, []
-        while words < target:
-            pool = rng.choice(pools)
-            i = rng.randrange(len(pool))
-            for sentence in pool[i : i + rng.randint(1, 3)]:
-                parts.append(sentence)
-                words += len(sentence.split())
-        text = " ".join(parts)
-        if words <= 170 and text not in seen:
-            seen.add(text)
-            out.append(text)
-    return out
 
 
 def typo(text: str, rng: random.Random, edits: int) -> str:
@@ -159,12 +130,6 @@ def build_corpus(args: argparse.Namespace) -> tuple[list[str], list[list[int]], 
     return passages, groups, planted
 
 
-def timed(fn: Callable[[], T]) -> tuple[T, float]:
-    start = time.perf_counter()
-    result = fn()
-    return result, time.perf_counter() - start
-
-
 def peer_pairs(norm: list[str], threshold: float, workers: int) -> set[tuple[int, int]]:
     scores = process.cdist(
         norm,
@@ -183,8 +148,8 @@ def recall_precision(ours: set[Any], truth: set[Any]) -> tuple[float, float]:
     return (hit / len(truth) if truth else 1.0), (hit / len(ours) if ours else 1.0)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = common.bench_parser(__doc__)
     parser.add_argument(
         "--n", type=int, default=20000, help="passages (at least 20,000 for the reported figures)"
     )
@@ -208,87 +173,89 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--skip-peer", action="store_true", help="do not run the exhaustive peer (quick runs)"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    console = Console()
+    return common.parse_with_out(parser, argv, common.results_file("dedup"))
 
-    texts, groups, planted = build_corpus(args)
-    norm = [normalise(x) for x in texts]
-    lengths = [len(x) for x in norm]
-    console.print(
-        f"{len(texts)} passages, {np.mean([len(x.split()) for x in texts]):.0f} words / {np.mean(lengths):.0f} "
-        f"characters on average; {len(groups)} planted variant groups, {len(planted)} planted containments"
-    )
 
-    # ---- variants
-    # The compiled kernels load from numba's on-disk cache, or compile on the first call
-    # after an install or an edit: a one-off cost, timed apart from the comparison.
-    small, variants._SMALL_PAIRS = variants._SMALL_PAIRS, -1  # a small input must still reach the kernels
-    _, t_load = timed(lambda: (similar_pairs(texts[:200], args.threshold), containments(texts[:50], 0.95)))
-    variants._SMALL_PAIRS = small
-    console.print(f"kernel load / first-call compile: {t_load:.2f} s (not counted below)")
+def load_kernels(texts: list[str], threshold: float) -> float:
+    """Seconds to load (or compile) the kernels: from numba's on-disk cache, or compiled on the
+    first call after an install or an edit; a one-off cost, timed apart from the comparison."""
+    # A small input must still reach the kernels.
+    small, variant_grams.SMALL_PAIRS = variant_grams.SMALL_PAIRS, -1
+    _, t_load = common.timed(lambda: (similar_pairs(texts[:200], threshold), containments(texts[:50], 0.95)))
+    variant_grams.SMALL_PAIRS = small
+    return t_load
+
+
+def measure_variants(
+    args: argparse.Namespace, texts: list[str], groups: list[list[int]], console: Console
+) -> dict[str, Any]:
+    """Ours (median of ``--repeat``) and, unless skipped, the exhaustive peer per worker count."""
     runs = []
     for _ in range(max(1, args.repeat)):
-        ours, seconds = timed(lambda: similar_pairs(texts, args.threshold))
+        ours, seconds = common.timed(lambda: similar_pairs(texts, args.threshold))
         runs.append(seconds)
     t_ours = statistics.median(runs)
-    stats = dict(variants.STATS)
+    stats = dict(variant_grams.STATS)
     ours_set = {(p.a, p.b) for p in ours}
     labels = clusters(len(texts), ours)
     groups_whole = sum(len({labels[i] for i in g}) == 1 for g in groups)
-    result: dict[str, Any] = {
-        "n": len(texts),
-        "threshold": args.threshold,
-        "containment_threshold": args.containment_threshold,
-        "mean_chars": float(np.mean(lengths)),
-        "kernel_load_s": t_load,
-        "variants": {
-            "ours_s": t_ours,
-            "ours_runs_s": runs,
-            "pairs": len(ours_set),
-            "planted_groups_recovered": f"{groups_whole}/{len(groups)}",
-            "stats": stats,
-        },
+    section: dict[str, Any] = {
+        "ours_s": t_ours,
+        "ours_runs_s": runs,
+        "pairs": len(ours_set),
+        "planted_groups_recovered": f"{groups_whole}/{len(groups)}",
+        "stats": stats,
     }
     console.print(
         f"ours: {t_ours:.2f} s (median of {len(runs)}: {', '.join(f'{r:.2f}' for r in runs)}), "
         f"{len(ours_set)} pairs, planted groups whole: {groups_whole}/{len(groups)}"
     )
-    peers: list[tuple[str, float]] = []
     if not args.skip_peer:
+        norm = [normalise(x) for x in texts]
         for workers in [1, -1] if args.all_cores else [1]:
             console.print(f"exhaustive peer, workers={workers} ...")
-            truth, t_peer = timed(lambda w=workers: peer_pairs(norm, args.threshold, w))  # type: ignore[misc]
-            peers.append((f"process.cdist workers={workers}", t_peer))
+            truth, t_peer = common.timed(lambda w=workers: peer_pairs(norm, args.threshold, w))  # type: ignore[misc]
             recall, precision = recall_precision(ours_set, truth)
-            result["variants"][f"peer_workers_{workers}"] = {
+            section[f"peer_workers_{workers}"] = {
                 "seconds": t_peer,
                 "pairs": len(truth),
                 "speedup": t_peer / t_ours,
                 "recall": recall,
                 "precision": precision,
             }
-    # ---- containments
-    found, t_cont = timed(
-        lambda: containments(texts, args.containment_threshold)  # defaults: ratio 0.9, 20 characters
-    )
-    cstats = dict(variants.STATS)
-    found_set = {(c.outer, c.inner) for c in found}
-    planted_found = sum((o, i) in found_set for o, i in planted)
+    return section
+
+
+def oracle_subset(args: argparse.Namespace, n: int, planted: list[tuple[int, int]]) -> list[int]:
+    """A fixed random subset of the passages, plus some planted pairs, for the oracle."""
     rng = random.Random(args.seed + 1)
-    subset = set(rng.sample(range(len(texts)), min(args.oracle_subset, len(texts))))
+    subset = set(rng.sample(range(n), min(args.oracle_subset, n)))
     for o, i in planted[: max(1, args.oracle_subset // 20)]:
         subset |= {o, i}
-    sub = sorted(subset)
+    return sorted(subset)
+
+
+def measure_containments(
+    args: argparse.Namespace, texts: list[str], planted: list[tuple[int, int]]
+) -> tuple[dict[str, Any], int]:
+    """Ours on all passages and on the oracle subset (and what it found there); the oracle on
+    the subset, extrapolated."""
+    found, t_cont = common.timed(
+        lambda: containments(texts, args.containment_threshold)  # defaults: ratio 0.9, 20 characters
+    )
+    cstats = dict(variant_grams.STATS)
+    found_set = {(c.outer, c.inner) for c in found}
+    planted_found = sum((o, i) in found_set for o, i in planted)
+    sub = oracle_subset(args, len(texts), planted)
     where = {g: k for k, g in enumerate(sub)}
     sub_texts = [texts[g] for g in sub]
-    oracle, t_oracle = timed(lambda: containments_exhaustive(sub_texts, args.containment_threshold))
-    ours_sub, t_ours_sub = timed(lambda: containments(sub_texts, args.containment_threshold))
+    oracle, t_oracle = common.timed(lambda: containments_exhaustive(sub_texts, args.containment_threshold))
+    ours_sub, t_ours_sub = common.timed(lambda: containments(sub_texts, args.containment_threshold))
     truth_c = {(c.outer, c.inner) for c in oracle}
     restricted = {(where[o], where[i]) for o, i in found_set if o in where and i in where}
     recall_c, precision_c = recall_precision(restricted, truth_c)
     scale = (len(texts) / len(sub)) ** 2
-    result["containments"] = {
+    return {
         "ours_s": t_cont,
         "found": len(found_set),
         "planted_found": f"{planted_found}/{len(planted)}",
@@ -303,63 +270,85 @@ def main(argv: Sequence[str] | None = None) -> int:
         "recall": recall_c,
         "precision": precision_c,
         "subset_run_equal": [dataclass_key(c) for c in ours_sub] == [dataclass_key(c) for c in oracle],
-    }
-    result["environment"] = {
-        "python": platform.python_version(),
-        "rapidfuzz": rapidfuzz_version,
-        "numpy": np.__version__,
-        "machine": platform.machine(),
-        "processor": platform.processor() or platform.platform(),
-    }
+    }, len(ours_sub)
 
-    table = Table(title=f"Variants: {len(texts)} passages, threshold {args.threshold}")
-    for col in ("method", "seconds", "speed-up", "pairs", "recall", "precision"):
-        table.add_column(col, justify="right" if col != "method" else "left")
-    table.add_row("ours: similar_pairs", f"{t_ours:.2f}", "1.0x", str(len(ours_set)), "", "")
-    for name, seconds in peers:
-        entry = result["variants"][f"peer_workers_{name.rsplit('=', 1)[1]}"]
-        table.add_row(
-            f"peer: {name}",
-            f"{seconds:.2f}",
-            f"{seconds / t_ours:.1f}x slower",
-            str(entry["pairs"]),
-            f"{entry['recall']:.2%}",
-            f"{entry['precision']:.2%}",
-        )
+
+def report_variants(console: Console, result: dict[str, Any]) -> None:
+    variants = result["variants"]
+    table = common.figures_table(
+        f"Variants: {result['n']} passages, threshold {result['threshold']}",
+        ("method", "seconds", "speed-up", "pairs", "recall", "precision"),
+    )
+    t_ours = variants["ours_s"]
+    table.add_row("ours: similar_pairs", f"{t_ours:.2f}", "1.0x", str(variants["pairs"]), "", "")
+    for workers in (1, -1):
+        entry = variants.get(f"peer_workers_{workers}")
+        if entry is not None:
+            table.add_row(
+                f"peer: process.cdist workers={workers}",
+                f"{entry['seconds']:.2f}",
+                f"{entry['seconds'] / t_ours:.1f}x slower",
+                str(entry["pairs"]),
+                f"{entry['recall']:.2%}",
+                f"{entry['precision']:.2%}",
+            )
     console.print(table)
-    detail = Table(title="ours, inside similar_pairs")
-    detail.add_column("step")
-    detail.add_column("value", justify="right")
-    for key, value in stats.items():
+    detail = common.figures_table("ours, inside similar_pairs", ("step", "value"))
+    for key, value in variants["stats"].items():
         detail.add_row(key, f"{value:.3f}" if key.endswith("_s") else f"{int(value):,}")
     console.print(detail)
 
-    ctable = Table(
-        title=f"Containments: threshold {args.containment_threshold}, inner ≤ 0.9 x outer, ≥ 20 chars"
+
+def report_containments(console: Console, result: dict[str, Any], subset_found: int) -> None:
+    c, n = result["containments"], result["n"]
+    t_oracle, t_full = c["oracle_subset_s"], c["oracle_full_s_extrapolated"]
+    table = common.figures_table(
+        f"Containments: threshold {result['containment_threshold']}, inner ≤ 0.9 x outer, ≥ 20 chars",
+        ("method", "passages", "seconds", "found", "recall", "precision"),
     )
-    for col in ("method", "passages", "seconds", "found", "recall", "precision"):
-        ctable.add_column(col, justify="right" if col != "method" else "left")
-    ctable.add_row("ours: containments", str(len(texts)), f"{t_cont:.2f}", str(len(found_set)), "", "")
-    ctable.add_row(
-        "ours, on the oracle subset", str(len(sub)), f"{t_ours_sub:.2f}", str(len(ours_sub)), "", ""
-    )
-    ctable.add_row(
+    table.add_row("ours: containments", str(n), f"{c['ours_s']:.2f}", str(c["found"]), "", "")
+    sub = str(c["oracle_subset"])
+    table.add_row("ours, on the oracle subset", sub, f"{c['ours_subset_s']:.2f}", str(subset_found), "", "")
+    table.add_row(
         "oracle: partial_ratio, every pair",
-        str(len(sub)),
+        sub,
         f"{t_oracle:.2f}",
-        str(len(truth_c)),
-        f"{recall_c:.2%}",
-        f"{precision_c:.2%}",
+        str(c["oracle_pairs"]),
+        f"{c['recall']:.2%}",
+        f"{c['precision']:.2%}",
     )
-    ctable.add_row("oracle, extrapolated to all", str(len(texts)), f"~{t_oracle * scale:,.0f}", "", "", "")
-    console.print(ctable)
+    table.add_row("oracle, extrapolated to all", str(n), f"~{t_full:,.0f}", "", "", "")
+    console.print(table)
     console.print(
-        f"planted containments found: {planted_found}/{len(planted)}; "
-        f"subset speed-up {t_oracle / t_ours_sub:.0f}x, full-size speed-up ~{t_oracle * scale / t_cont:,.0f}x (extrapolated)"
+        f"planted containments found: {c['planted_found']}; subset speed-up {c['subset_speedup']:.0f}x, "
+        f"full-size speed-up ~{c['full_speedup_extrapolated']:,.0f}x (extrapolated)"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    console.print(f"wrote {args.out}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console()
+    texts, groups, planted = build_corpus(args)
+    lengths = [len(normalise(x)) for x in texts]
+    console.print(
+        f"{len(texts)} passages, {np.mean([len(x.split()) for x in texts]):.0f} words / {np.mean(lengths):.0f} "
+        f"characters on average; {len(groups)} planted variant groups, {len(planted)} planted containments"
+    )
+    t_load = load_kernels(texts, args.threshold)
+    console.print(f"kernel load / first-call compile: {t_load:.2f} s (not counted below)")
+    result: dict[str, Any] = {
+        "n": len(texts),
+        "threshold": args.threshold,
+        "containment_threshold": args.containment_threshold,
+        "mean_chars": float(np.mean(lengths)),
+        "kernel_load_s": t_load,
+        "variants": measure_variants(args, texts, groups, console),
+    }
+    result["containments"], subset_found = measure_containments(args, texts, planted)
+    result["common.environment"] = common.environment(rapidfuzz=rapidfuzz_version, numpy=np.__version__)
+    report_variants(console, result)
+    report_containments(console, result, subset_found)
+    common.write_results(args.out, result, console)
     return 0
 
 

@@ -25,11 +25,8 @@ to ``bench/results/evidence_baselines.json``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -39,15 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(REPO))
+if __package__ in (None, ""):  # run as a script: put the repository on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.samples import SAMPLES  # noqa: E402
-from tasks.common.embed.local import BUILTIN_MINILM, SentenceTransformerEncoder  # noqa: E402
-from tasks.evidencebench.baselines import (  # noqa: E402
+from bench import common
+from bench.samples import EVIDENCEBENCH_DEV
+from tasks.common.embed.local import BUILTIN_MINILM, SentenceTransformerEncoder
+from tasks.evidencebench.baselines import (
     E6_PREFIXES,
     BM25Ranker,
     DenseRanker,
@@ -55,10 +51,8 @@ from tasks.evidencebench.baselines import (  # noqa: E402
     TaskScore,
     evaluate,
 )
-from tasks.evidencebench.selection import TASK_K, Task  # noqa: E402
+from tasks.evidencebench.selection import TASK_K, Task
 
-RESULTS = REPO / "bench" / "results" / "evidence_baselines.json"
-DEV = SAMPLES / "evidencebench" / "evidencebench_dev_set.json"
 # EvidenceBench Table 11 (App. E.6), BM25, no instruction, on the test set: mean and standard error.
 PAPER_BM25_TEST: dict[Task, tuple[float, float] | None] = {
     "ER@optimal": (16.5, 1.1),
@@ -82,19 +76,17 @@ def summary(score: TaskScore) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--dev", type=Path, default=DEV, help="the released dev set JSON")
+    parser = common.bench_parser(__doc__)
+    parser.add_argument("--dev", type=Path, default=EVIDENCEBENCH_DEV, help="the released dev set JSON")
     parser.add_argument(
         "--model", default=BUILTIN_MINILM, help="sentence-transformers model of the dense rows"
     )
     parser.add_argument("--device", default=None, help="torch device (default: CUDA when present, else CPU)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
+    args = common.parse_with_out(parser, argv, common.results_file("evidence_baselines"))
     console = Console(width=120)
-    if not args.dev.is_file():
-        console.print(f"[red]the dev set is not at {args.dev}[/red]")
+    data = common.read_dev_set(args.dev, console)
+    if data is None:
         return 2
-    data: dict[str, dict[str, Any]] = json.loads(args.dev.read_text())
     encoder = SentenceTransformerEncoder(args.model, device=args.device)
     dense = DenseRanker(encoder, cached_pools=len(data))  # the pools are encoded once, for both rows
     short = args.model.removeprefix("builtin:")
@@ -111,11 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = time.perf_counter() - start
         rows[label] = {"seconds": seconds, "tasks": {task: summary(s) for task, s in scores.items()}}
 
-    table = Table(title=f"Aspect recall (%) on the {len(data)} EvidenceBench dev instances, mean ± s.e.")
-    table.add_column("system")
-    for task in TASK_K:
-        table.add_column(task, justify="right")
-    table.add_column("seconds", justify="right")
+    table = common.figures_table(
+        f"Aspect recall (%) on the {len(data)} EvidenceBench dev instances, mean ± s.e.",
+        ("system", *TASK_K, "seconds"),
+    )
     for label, row in rows.items():
         cells = [f"{t['mean_pct']:.1f} ± {t['se_pct']:.1f}" for t in row["tasks"].values()]
         table.add_row(label, *cells, f"{row['seconds']:.1f}")
@@ -141,19 +132,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "prefixes": dict(E6_PREFIXES),
         "encoder": encoder.describe(),
         "device": encoder.device,
-        "environment": {
-            "python": platform.python_version(),
-            "bm25s": version("bm25s"),
-            "sentence_transformers": version("sentence-transformers"),
-            "torch": version("torch"),
-            "cpus": os.cpu_count(),
-            "machine": platform.machine(),
-            "processor": platform.processor() or platform.platform(),
-        },
+        "common.environment": common.environment(
+            bm25s=version("bm25s"),
+            sentence_transformers=version("sentence-transformers"),
+            torch=version("torch"),
+            cpus=os.cpu_count(),
+        ),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"wrote {args.out}")
+    common.write_results(args.out, result, console)
     return 0
 
 

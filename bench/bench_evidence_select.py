@@ -23,9 +23,6 @@ Results go to ``bench/results/evidence_select.json``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import statistics
 import sys
 import time
@@ -36,17 +33,15 @@ from typing import Any
 import numpy as np
 import scipy  # type: ignore[import-untyped]
 from rich.console import Console
-from rich.table import Table
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(REPO))
+if __package__ in (None, ""):  # run as a script: put the repository on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.samples import SAMPLES  # noqa: E402
-from tasks.evidencebench.selection import AspectGroup, Coverage, coverage, evaluations  # noqa: E402
+from bench import common
+from bench.samples import EVIDENCEBENCH_DEV
+from tasks.evidencebench.selection import AspectGroup, Coverage, coverage, evaluations
 
-RESULTS = REPO / "bench" / "results" / "evidence_select.json"
-DEV = SAMPLES / "evidencebench" / "evidencebench_dev_set.json"
+Instances = dict[str, dict[str, Any]]
 GROUPS: tuple[tuple[AspectGroup, str, int], ...] = (("all", "", 10), ("results", "results_", 5))
 
 
@@ -75,28 +70,26 @@ def greedy_fields(instance: dict[str, Any], name: str) -> dict[str, tuple[int, i
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--dev", type=Path, default=DEV, help="the released dev set JSON")
-    parser.add_argument("--repeat", type=int, default=3, help="timed passes over the dev set (median)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    console = Console()
-    if not args.dev.is_file():
-        console.print(f"[red]the dev set is not at {args.dev}[/red]")
-        return 2
-    data: dict[str, dict[str, Any]] = json.loads(args.dev.read_text())
-
+def time_passes(
+    data: Instances, repeat: int
+) -> tuple[dict[str, Any], dict[str, Any], list[float], list[float]]:
+    """Exact and greedy fields of every instance, and the seconds of each of ``repeat`` passes."""
     exact_times: list[float] = []
     greedy_times: list[float] = []
-    for _ in range(args.repeat):
+    ours: dict[str, Any] = {}
+    peer: dict[str, Any] = {}
+    for _ in range(repeat):
         start = time.perf_counter()
         ours = {key: evaluations(x, key) for key, x in data.items()}
         exact_times.append(time.perf_counter() - start)
         start = time.perf_counter()
         peer = {key: greedy_fields(x, key) for key, x in data.items()}
         greedy_times.append(time.perf_counter() - start)
+    return ours, peer, exact_times, greedy_times
 
+
+def check(data: Instances, ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
+    """Exact optima that differ from the released ones; where greedy misses the exact optimum."""
     mismatches: list[str] = []
     worse = {"optimal": 0, "at_10": 0, "results_optimal": 0, "results_at_5": 0}
     counted = dict.fromkeys(worse, 0)
@@ -123,30 +116,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             exact_k = ours[key][at_k]
             if exact_k is not None and peer[key][f"{prefix}at_{k}"][1] < len(exact_k["covered_aspects"]):
                 worse[f"{prefix}at_{k}"] += 1
-
-    t_exact, t_greedy = statistics.median(exact_times), statistics.median(greedy_times)
-    result: dict[str, Any] = {
-        "instances": len(data),
-        "repeat": args.repeat,
-        "exact_s": t_exact,
-        "exact_s_all": exact_times,
-        "greedy_s": t_greedy,
-        "exact_over_greedy": t_exact / t_greedy,
-        "target_s": 10.0,
+    return {
         "released_optimal_mismatches": mismatches,
         "greedy_not_optimal": {task: f"{worse[task]}/{counted[task]}" for task in worse},
         "greedy_extra_sentences": extra_sentences,
-        "environment": {
-            "python": platform.python_version(),
-            "scipy": scipy.__version__,
-            "numpy": np.__version__,
-            "machine": platform.machine(),
-            "processor": platform.processor() or platform.platform(),
-        },
     }
-    table = Table(title=f"Selection on the {len(data)} dev instances (median of {args.repeat} passes)")
-    for col in ("method", "seconds", "ratio", "not optimal (opt / @10 / res-opt / res-@5)"):
-        table.add_column(col, justify="right" if col != "method" else "left")
+
+
+def report(console: Console, result: dict[str, Any]) -> None:
+    t_exact, t_greedy, n = result["exact_s"], result["greedy_s"], result["instances"]
+    table = common.figures_table(
+        f"Selection on the {n} dev instances (median of {result['repeat']} passes)",
+        ("method", "seconds", "ratio", "not optimal (opt / @10 / res-opt / res-@5)"),
+    )
     table.add_row(
         "ours: exact ILP (scipy milp / HiGHS)", f"{t_exact:.3f}", f"{t_exact / t_greedy:.0f}x greedy", "0"
     )
@@ -158,14 +140,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     console.print(table)
     console.print(
-        f"exact optimum equals the released one on {len(data) * 2 - len(mismatches)}/{len(data) * 2} fields; "
-        f"greedy used {extra_sentences} sentences more than optimal in total; "
+        f"exact optimum equals the released one on {n * 2 - len(result['released_optimal_mismatches'])}/{n * 2} "
+        f"fields; greedy used {result['greedy_extra_sentences']} sentences more than optimal in total; "
         f"target < 10 s: {'met' if t_exact < 10 else 'MISSED'}"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"wrote {args.out}")
-    return 0 if not mismatches else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = common.bench_parser(__doc__)
+    parser.add_argument("--dev", type=Path, default=EVIDENCEBENCH_DEV, help="the released dev set JSON")
+    parser.add_argument("--repeat", type=int, default=3, help="timed passes over the dev set (median)")
+    args = common.parse_with_out(parser, argv, common.results_file("evidence_select"))
+    console = Console()
+    data = common.read_dev_set(args.dev, console)
+    if data is None:
+        return 2
+    ours, peer, exact_times, greedy_times = time_passes(data, args.repeat)
+    t_exact, t_greedy = statistics.median(exact_times), statistics.median(greedy_times)
+    result: dict[str, Any] = {
+        "instances": len(data),
+        "repeat": args.repeat,
+        "exact_s": t_exact,
+        "exact_s_all": exact_times,
+        "greedy_s": t_greedy,
+        "exact_over_greedy": t_exact / t_greedy,
+        "target_s": 10.0,
+        **check(data, ours, peer),
+        "common.environment": common.environment(scipy=scipy.__version__, numpy=np.__version__),
+    }
+    report(console, result)
+    common.write_results(args.out, result, console)
+    return 0 if not result["released_optimal_mismatches"] else 1
 
 
 if __name__ == "__main__":

@@ -21,11 +21,8 @@ numbers also go to ``bench/results/filter.json``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import platform
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,22 +32,14 @@ from datatrove.data import Document
 from datatrove.pipeline.filters.gopher_quality_filter import GopherQualityFilter
 from datatrove.pipeline.filters.gopher_repetition_filter import GopherRepetitionFilter
 from rich.console import Console
-from rich.table import Table
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(REPO))
+if __package__ in (None, ""):  # run as a script: put the repository on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.samples import SAMPLES, sample_passages  # noqa: E402
-from tasks.common.text.gopher import (  # noqa: E402
-    DATATROVE_REASONS,
-    GopherRules,
-    RuleFailure,
-    check_many,
-    clear_token_cache,
-)
-
-RESULTS = REPO / "bench" / "results" / "filter.json"
+from bench import common
+from bench.samples import SAMPLES, sample_passages
+from tasks.common.text.gopher import DATATROVE_REASONS, GopherRules, check_many
+from tasks.common.text.gopher_base import RuleFailure, clear_token_cache
 
 
 def replicate(base: Sequence[str], n: int) -> list[str]:
@@ -95,14 +84,8 @@ def datatrove_decider(rules: GopherRules) -> Callable[[str], str]:
     return decide
 
 
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
-
-
-# The measurement choices where our defaults differ from datatrove (module docstring of
-# tasks.common.text.gopher, differences 1-3), each as the override that switches it back.
+# The measurement choices where our defaults differ from datatrove
+# (docs/decisions/gopher-on-passages.md, differences 1-3), each as the override that switches it back.
 SWITCHES: dict[str, dict[str, Any]] = {
     "ratio_basis": {"ratio_basis": "tokens"},
     "top_ngram_min_count": {"top_ngram_min_count": 1},
@@ -159,35 +142,22 @@ def compare(
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--n", type=int, default=50_000, help="at least this many passages (default 50000)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
-    args = parser.parse_args(argv)
-    console = Console(width=max(Console().width, 120))  # the disagreement table is wide
-
-    base = sample_passages()
-    if not base:
-        console.print(f"[red]no sample passages under {SAMPLES}[/red]")
-        return 1
-    texts = replicate(base, args.n)
-    console.print(f"{len(base)} distinct sample passages, replicated to {len(texts)}")
-
+def measure(texts: Sequence[str], base: Sequence[str]) -> dict[str, Any]:
+    """Time datatrove and our filter (default and datatrove-compatible rules) on ``texts``,
+    ours cold on the distinct ``base``; the results, decisions compared."""
     default_rules = GopherRules()
     compat_rules = GopherRules.datatrove_compatible()
     decide = datatrove_decider(default_rules)  # thresholds are the same in both rule sets
     for text in base[:200]:  # load spaCy and warm it up
         decide(text)
 
-    theirs, t_dt = timed(lambda: [decide(t) for t in texts])
+    theirs, t_dt = common.timed(lambda: [decide(t) for t in texts])
     clear_token_cache()
-    ours_default, t_default = timed(lambda: check_many(texts, default_rules))
+    ours_default, t_default = common.timed(lambda: check_many(texts, default_rules))
     clear_token_cache()
-    ours_compat, t_compat = timed(lambda: check_many(texts, compat_rules))
+    ours_compat, t_compat = common.timed(lambda: check_many(texts, compat_rules))
     clear_token_cache()
-    _, t_cold = timed(lambda: check_many(base, default_rules))
+    _, t_cold = common.timed(lambda: check_many(base, default_rules))
 
     speed = {
         "datatrove": len(texts) / t_dt,
@@ -195,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ours_datatrove_compatible": len(texts) / t_compat,
         "ours_default_cold_distinct": len(base) / t_cold,
     }
-    results: dict[str, Any] = {
+    return {
         "passages": len(texts),
         "distinct_passages": len(base),
         "python": platform.python_version(),
@@ -216,10 +186,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
     }
 
-    speed_table = Table(title="Throughput (one process, same passages)")
-    speed_table.add_column("filter")
-    speed_table.add_column("passages/s", justify="right")
-    speed_table.add_column("× datatrove", justify="right")
+
+def report(console: Console, results: dict[str, Any]) -> None:
+    """The throughput table, then each rule set's agreement and disagreements."""
+    speed = results["passages_per_s"]
+    speed_table = common.figures_table(
+        "Throughput (one process, same passages)", ("filter", "passages/s", "× datatrove")
+    )
     for name, value in speed.items():
         speed_table.add_row(name, f"{value:,.0f}", f"{value / speed['datatrove']:.1f}")
     console.print(speed_table)
@@ -227,23 +200,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, summary in results["rules"].items():
         console.print(
             f"[bold]{name}[/bold] rules: decisions agree on {summary['agreement']:.2%} "
-            f"({summary['disagreements']} of {len(texts)} differ); kept: ours {summary['kept_ours']}, "
+            f"({summary['disagreements']} of {results['passages']} differ); kept: ours {summary['kept_ours']}, "
             f"datatrove {summary['kept_datatrove']}; same reason where both drop: "
             f"{summary['same_reason_when_both_drop']:.2%}"
         )
         if summary["by_rule_and_reason"]:
-            table = Table(title=f"Disagreements, {name} rules")
-            table.add_column("our rule")
-            table.add_column("datatrove reason")
-            table.add_column("gone when switched back to datatrove's")
-            table.add_column("passages", justify="right")
+            columns = ("our rule", "datatrove reason", "gone when switched back to datatrove's", "passages")
+            table = common.figures_table(f"Disagreements, {name} rules", columns, left=3)
             for row in summary["by_rule_and_reason"]:
                 table.add_row(row["ours"], row["datatrove"], row["explained_by"], str(row["count"]))
             console.print(table)
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    console.print(f"results written to {args.out}")
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = common.bench_parser(__doc__, full_doc=True)
+    parser.add_argument("--n", type=int, default=50_000, help="at least this many passages (default 50000)")
+    args = common.parse_with_out(parser, argv, common.results_file("filter"))
+    console = Console(width=max(Console().width, 120))  # the disagreement table is wide
+
+    base = sample_passages()
+    if not base:
+        console.print(f"[red]no sample passages under {SAMPLES}[/red]")
+        return 1
+    texts = replicate(base, args.n)
+    console.print(f"{len(base)} distinct sample passages, replicated to {len(texts)}")
+    results = measure(texts, base)
+    report(console, results)
+    common.write_results(args.out, results, console)
     return 0
 
 

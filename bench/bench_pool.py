@@ -39,8 +39,6 @@ Results go to ``bench/results/pool.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
 import shutil
 import sys
@@ -58,16 +56,14 @@ from rich.table import Table
 from sentence_transformers import CrossEncoder
 from transformers import BertConfig, BertForSequenceClassification
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(REPO))
+if __package__ in (None, ""):  # run as a script: put the repository on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_dedup import SENTENCE  # noqa: E402
-from bench.samples import sample_passages  # noqa: E402
-from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, TOKENIZER_FILES  # noqa: E402
-from tasks.common.rerank.local import CrossEncoderReranker  # noqa: E402
+from bench import common
+from bench.samples import SENTENCE, sample_passages
+from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, TOKENIZER_FILES
+from tasks.common.rerank.local import CrossEncoderReranker
 
-RESULTS = REPO / "bench" / "results" / "pool.json"
 PEAK_BF16_TFLOPS = {"H100 SXM": 989.0, "H100 PCIe": 756.0, "H200": 989.0, "A100": 312.0}
 T = TypeVar("T")
 
@@ -287,9 +283,7 @@ def run_gpu(args: argparse.Namespace, tokenizer_from: Path, console: Console) ->
 
 
 def table(title: str, stats: dict[str, Any]) -> Table:
-    t = Table(title=title)
-    for col in ("engine", "seconds", "pairs/s", "ours / peer", "padded / real tokens"):
-        t.add_column(col, justify="left" if col == "engine" else "right")
+    t = common.figures_table(title, ("engine", "seconds", "pairs/s", "ours / peer", "padded / real tokens"))
     t.add_row(
         "ours: CrossEncoderReranker (token-length buckets)",
         f"{stats['ours_s']:.2f}",
@@ -308,8 +302,19 @@ def table(title: str, stats: dict[str, Any]) -> Table:
     return t
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+def report_gpu(console: Console, gpu: dict[str, Any]) -> None:
+    console.print(table(f"GPU {gpu['device']}, {gpu['params'] / 1e6:.0f}M random weights, bf16", gpu))
+    share = gpu["peak_fraction_ours_non_embedding"]
+    shown = f"{share:.1%}" if isinstance(share, float) else share
+    console.print(
+        f"ours {gpu['ours_pairs_per_s']:,.0f} pairs/s = {gpu['tflops_ours_non_embedding']:.0f} TFLOPS "
+        f"(non-embedding 2·N·tokens), {shown} of the bf16 dense peak ({gpu['peak_bf16_tflops']}); "
+        f"counting all parameters: {gpu['tflops_ours_all_params']:.0f} TFLOPS"
+    )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = common.bench_parser(__doc__)
     parser.add_argument("--pairs", type=int, default=320, help="CPU pairs (each engine scores all of them)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=512)
@@ -323,8 +328,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--builtin-cache-dir", type=Path, default=None, help="where the builtin model is built"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
+    return common.parse_with_out(parser, argv, common.results_file("pool"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     console = Console(width=120)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -366,29 +374,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if torch.cuda.is_available() and not args.skip_gpu:
         gpu = run_gpu(args, ours.path, console)
         result["gpu"] = gpu
-        console.print(table(f"GPU {gpu['device']}, {gpu['params'] / 1e6:.0f}M random weights, bf16", gpu))
-        share = gpu["peak_fraction_ours_non_embedding"]
-        shown = f"{share:.1%}" if isinstance(share, float) else share
-        console.print(
-            f"ours {gpu['ours_pairs_per_s']:,.0f} pairs/s = {gpu['tflops_ours_non_embedding']:.0f} TFLOPS "
-            f"(non-embedding 2·N·tokens), {shown} of the bf16 dense peak ({gpu['peak_bf16_tflops']}); "
-            f"counting all parameters: {gpu['tflops_ours_all_params']:.0f} TFLOPS"
-        )
+        report_gpu(console, gpu)
     else:
         result["gpu"] = "skipped" if args.skip_gpu else "no CUDA device"
         console.print(f"GPU: {result['gpu']}")
 
-    result["environment"] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "sentence_transformers": version("sentence-transformers"),
-        "transformers": version("transformers"),
-        "machine": platform.machine(),
-        "processor": platform.processor() or platform.platform(),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    console.print(f"wrote {args.out}")
+    result["common.environment"] = common.environment(
+        torch=torch.__version__,
+        sentence_transformers=version("sentence-transformers"),
+        transformers=version("transformers"),
+    )
+    common.write_results(args.out, result, console)
     return 0
 
 

@@ -4,7 +4,7 @@
 
 Corpus (deterministic, ``--seed``): every ``<p>`` of the shared sample articles, reviews
 and HTML pages is split into sentences, and passages of 50-150 words are built from runs
-of 1-3 consecutive sentences of different paragraphs (``bench_dedup.build_passages``)
+of 1-3 consecutive sentences of different paragraphs (``bench/samples.py``, ``build_passages``)
 until ``--n`` distinct passages exist. Vectors are **random unit vectors** of ``--dims``
 (384, MiniLM's size), precomputed with a fixed seed: no embedding model runs, so only
 search is timed and kNN quality is meaningless. Each of ``--queries`` queries is a
@@ -13,7 +13,7 @@ vector is the passage's vector plus noise, normalised.
 
 In one process it times
 
-* ours, :class:`tasks.common.search.embedded.EmbeddedBackend`: the index build (tantivy + vectors
+* ours, :class:`tasks.common.search.embedded.backend.EmbeddedBackend`: the index build (tantivy + vectors
   + ids + token store, committed, and the BM25 matrix of :mod:`tasks.common.search.bm25_kernels`),
   BM25 (``bm25``: tantivy's BM25 scored from that matrix by numba kernels) and kNN
   (``knn``) queries per second over all queries, and the full CURE mining pass: ``phrase``
@@ -39,59 +39,30 @@ printed as a sanity check (with tantivy: the same ranking, up to near-ties). Que
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import random
-import re
 import resource
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import bm25s  # type: ignore[import-untyped]
 import numpy as np
 import pyarrow as pa
-from rank_bm25 import BM25Okapi  # type: ignore[import-untyped]
 from rich.console import Console
-from rich.table import Table
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(REPO))
+if __package__ in (None, ""):  # run as a script: put the repository on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_dedup import SENTENCE, build_passages  # noqa: E402
-from bench.samples import sample_passages  # noqa: E402
-from tasks.common.search.embedded import EmbeddedBackend  # noqa: E402
-from tasks.common.search.fusion import rrf  # noqa: E402
-from tasks.common.search.port import F32, PASSAGE_SCHEMA, Hit, vectors_column  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "search.json"
-TOKEN = re.compile(r"[^\W_]+")  # runs of letters/digits: what tantivy's simple tokenizer keeps
-T = TypeVar("T")
-
-
-def timed(fn: Callable[[], T]) -> tuple[T, float]:
-    start = time.perf_counter()
-    result = fn()
-    return result, time.perf_counter() - start
-
-
-def best_of(repeat: int, fn: Callable[[], T]) -> tuple[T, float]:
-    """The result and the shortest of ``repeat`` timings (the machine is shared: take the least disturbed)."""
-    result, best = timed(fn)
-    for _ in range(repeat - 1):
-        best = min(best, timed(fn)[1])
-    return result, best
-
-
-def tokens(text: str) -> list[str]:
-    """The peers' analysis, as close as plain Python gets to tantivy's ``default`` tokenizer."""
-    return [t for t in TOKEN.findall(text.lower()) if len(t.encode()) < 40]
+from bench import common
+from bench.samples import SENTENCE, build_passages, sample_passages
+from bench.search_peers import run_peers
+from tasks.common.search.embedded.backend import EmbeddedBackend
+from tasks.common.search.fusion import rrf
+from tasks.common.search.port import F32, PASSAGE_SCHEMA, vectors_column
 
 
 def unit(rows: F32) -> F32:
@@ -134,56 +105,8 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def overlap_at_10(ours: list[list[Hit]], theirs: list[list[int]], ids: list[str]) -> float:
-    shares = [
-        len({h.passage_id for h in a[:10]} & {ids[j] for j in b[:10]}) / max(1, min(10, len(a), len(b)))
-        for a, b in zip(ours, theirs, strict=True)
-    ]
-    return float(np.mean(shares))
-
-
-def run_bm25s(
-    texts: list[str], queries: list[str], k: int, backend: str, threads: int, repeat: int
-) -> tuple[dict[str, Any], list[list[int]]]:
-    def build() -> Any:
-        retriever = bm25s.BM25(method="lucene", backend=backend)
-        retriever.index([tokens(t) for t in texts], show_progress=False)
-        return retriever
-
-    retriever, t_index = timed(build)
-
-    def search() -> Any:
-        return retriever.retrieve([tokens(q) for q in queries], k=k, show_progress=False, n_threads=threads)
-
-    retriever.retrieve([tokens(q) for q in queries[:50]], k=k, show_progress=False, n_threads=threads)
-    # ^ warm-up: numba compiles its kernels on the first call, which is not part of the rate
-    result, t_query = best_of(repeat, search)
-    found = [[int(j) for j in row] for row in result.documents]
-    return {
-        "index_s": t_index,
-        "query_s": t_query,
-        "queries": len(queries),
-        "qps": len(queries) / t_query,
-    }, found
-
-
-def run_rank_bm25(texts: list[str], queries: list[str], k: int) -> dict[str, Any]:
-    model, t_index = timed(lambda: BM25Okapi([tokens(t) for t in texts]))
-
-    def search() -> list[list[int]]:
-        out = []
-        for q in queries:
-            scores = model.get_scores(tokens(q))
-            top = np.argpartition(-scores, k)[:k]
-            out.append(top[np.argsort(-scores[top], kind="stable")].tolist())
-        return out
-
-    _, t_query = timed(search)
-    return {"index_s": t_index, "query_s": t_query, "queries": len(queries), "qps": len(queries) / t_query}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = common.bench_parser(__doc__)
     parser.add_argument("--n", type=int, default=200_000, help="passages (200,000 for the reported figures)")
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--dims", type=int, default=384)
@@ -199,177 +122,188 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-peers", action="store_true", help="only ours (quick runs)")
     parser.add_argument("--index-dir", type=Path, default=None, help="where to build (default: a temp dir)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    console = Console(width=120)
-    cpus = os.cpu_count() or 1
+    return common.parse_with_out(parser, argv, common.results_file("search"))
 
+
+@dataclass
+class Inputs:
+    """The passages, their vectors, and the queries with their relevant passage."""
+
+    texts: list[str]
+    ids: list[str]
+    vectors: F32
+    queries: list[str]
+    relevant: list[int]
+    query_vectors: F32
+    passage_texts: list[str]  # each query's relevant passage
+    passage_vectors: F32
+
+
+def make_inputs(args: argparse.Namespace) -> Inputs:
     rng = random.Random(args.seed)
     texts = build_passages(sample_passages(), args.n, rng)
-    ids = [f"p-{i:07d}" for i in range(len(texts))]
     vectors = unit(
         np.random.default_rng(args.seed).standard_normal((len(texts), args.dims), dtype=np.float32)
     )
     queries, relevant = make_queries(texts, args.queries, rng)
     noise = np.random.default_rng(args.seed + 1).standard_normal((len(queries), args.dims), dtype=np.float32)
-    query_vectors = unit(vectors[relevant] + 0.05 * noise)
-    passage_texts = [texts[i] for i in relevant]
-    passage_vectors = np.ascontiguousarray(vectors[relevant])
-    console.print(
-        f"{len(texts):,} passages, {np.mean([len(t.split()) for t in texts]):.0f} words on average; "
-        f"{len(queries):,} queries of {np.mean([len(q.split()) for q in queries]):.1f} words; "
-        f"vectors: random unit vectors, {args.dims} dims, precomputed (no model runs); {cpus} CPUs"
+    return Inputs(
+        texts=texts,
+        ids=[f"p-{i:07d}" for i in range(len(texts))],
+        vectors=vectors,
+        queries=queries,
+        relevant=relevant,
+        query_vectors=unit(vectors[relevant] + 0.05 * noise),
+        passage_texts=[texts[i] for i in relevant],
+        passage_vectors=np.ascontiguousarray(vectors[relevant]),
     )
-    k, nc = args.k, args.num_candidates
-    result: dict[str, Any] = {
-        "n": len(texts),
-        "queries": len(queries),
-        "dims": args.dims,
-        "k": k,
-        "num_candidates": nc,
-        "vectors": "random unit vectors, precomputed",
-        "cpus": cpus,
-        "repeat": args.repeat,
-    }
 
+
+def mining_pass(
+    backend: EmbeddedBackend, x: Inputs, k: int, nc: int
+) -> tuple[dict[str, float], list[Any], Any]:
+    """The CURE mining pass (phrase, fuzzy, two kNN lists, RRF): its timings, fused and phrase hits."""
+    mining: dict[str, float] = {}
+    phrase_hits, mining["phrase_s"] = common.timed(lambda: backend.phrase(x.queries, 2, k))
+    fuzzy_hits, mining["fuzzy_s"] = common.timed(lambda: backend.fuzzy(x.passage_texts, k))
+    knn_q, mining["knn_query_s"] = common.timed(lambda: backend.knn(x.query_vectors, k, nc))
+    knn_p, mining["knn_passage_s"] = common.timed(lambda: backend.knn(x.passage_vectors, k, nc))
+    fused, mining["rrf_s"] = common.timed(
+        lambda: [
+            rrf({"phrase": a, "fuzzy": b, "knn_query": c, "knn_passage": d}, k=60, top=k)
+            for a, b, c, d in zip(phrase_hits, fuzzy_hits, knn_q, knn_p, strict=True)
+        ]
+    )
+    mining["total_s"] = sum(mining.values())
+    return mining, fused, phrase_hits
+
+
+def run_ours(args: argparse.Namespace, x: Inputs, console: Console) -> tuple[dict[str, Any], Any, Any]:
+    """Ours: build, BM25 and kNN rates, the mining pass; the figures, our BM25 hits and
+    (unless peers are skipped) ``(hits, seconds)`` of tantivy's own search."""
+    k, nc, queries = args.k, args.num_candidates, x.queries
     with tempfile.TemporaryDirectory(dir=args.index_dir) as tmp:
         backend = EmbeddedBackend.create(Path(tmp) / "index", args.dims)
 
         def build() -> int:
-            report = backend.add(batches(ids, texts, vectors))
+            report = backend.add(batches(x.ids, x.texts, x.vectors))
             backend.finish()
             # The first bm25 call builds the BM25 matrix: index time, as the peers' index() builds theirs.
             backend.bm25(queries[:1], k)
             return report.indexed
 
-        indexed, t_build = timed(build)
-        assert indexed == len(texts), indexed
+        indexed, t_build = common.timed(build)
+        assert indexed == len(x.texts), indexed
         size_mb = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file()) / 2**20
         console.print(f"ours: built in {t_build:.1f} s ({size_mb:.0f} MB on disk)")
         backend.bm25(queries[:50], k)  # warm-up (page cache, lazy structures), as the peers get one
-        bm25_hits, t_bm25 = best_of(args.repeat, lambda: backend.bm25(queries, k))
-        tantivy_hits, t_tantivy = None, None
+        bm25_hits, t_bm25 = common.best_of(args.repeat, lambda: backend.bm25(queries, k))
+        tantivy = None
         if not args.skip_peers:
             console.print("peer: tantivy's own search of the same BM25 query ...")
             backend.bm25_tantivy(queries[:50], k)
-            tantivy_hits, t_tantivy = best_of(args.repeat, lambda: backend.bm25_tantivy(queries, k))
-        _, t_knn = best_of(args.repeat, lambda: backend.knn(query_vectors, k, nc))
+            tantivy = common.best_of(args.repeat, lambda: backend.bm25_tantivy(queries, k))
+        _, t_knn = common.best_of(args.repeat, lambda: backend.knn(x.query_vectors, k, nc))
         console.print(
             f"ours: bm25 {len(queries) / t_bm25:,.0f} q/s, knn {len(queries) / t_knn:,.0f} q/s; mining pass ..."
         )
-
-        mining: dict[str, float] = {}
-        phrase_hits, mining["phrase_s"] = timed(lambda: backend.phrase(queries, 2, k))
-        fuzzy_hits, mining["fuzzy_s"] = timed(lambda: backend.fuzzy(passage_texts, k))
-        knn_q, mining["knn_query_s"] = timed(lambda: backend.knn(query_vectors, k, nc))
-        knn_p, mining["knn_passage_s"] = timed(lambda: backend.knn(passage_vectors, k, nc))
-        fused, mining["rrf_s"] = timed(
-            lambda: [
-                rrf({"phrase": a, "fuzzy": b, "knn_query": c, "knn_passage": d}, k=60, top=k)
-                for a, b, c, d in zip(phrase_hits, fuzzy_hits, knn_q, knn_p, strict=True)
-            ]
-        )
-        mining["total_s"] = sum(mining.values())
+        mining, fused, phrase_hits = mining_pass(backend, x, k, nc)
         backend.close()
 
-    found = sum(ids[r] in {f.passage_id for f in fl} for r, fl in zip(relevant, fused, strict=True))
+    found = sum(x.ids[r] in {f.passage_id for f in fl} for r, fl in zip(x.relevant, fused, strict=True))
     phrase_found = sum(
-        any(h.passage_id == ids[r] for h in hl) for r, hl in zip(relevant, phrase_hits, strict=True)
+        any(h.passage_id == x.ids[r] for h in hl) for r, hl in zip(x.relevant, phrase_hits, strict=True)
     )
-    result["ours"] = {
-        "build_s": t_build,
-        "index_mb": size_mb,
-        "bm25_s": t_bm25,
-        "bm25_qps": len(queries) / t_bm25,
-        "knn_s": t_knn,
-        "knn_qps": len(queries) / t_knn,
-        "mining": mining,
-        "mining_qps": len(queries) / mining["total_s"],
-        "relevant_in_fused_top": found / len(queries),
-        "relevant_in_phrase_top": phrase_found / len(queries),
-    }
+    return (
+        {
+            "build_s": t_build,
+            "index_mb": size_mb,
+            "bm25_s": t_bm25,
+            "bm25_qps": len(queries) / t_bm25,
+            "knn_s": t_knn,
+            "knn_qps": len(queries) / t_knn,
+            "mining": mining,
+            "mining_qps": len(queries) / mining["total_s"],
+            "relevant_in_fused_top": found / len(queries),
+            "relevant_in_phrase_top": phrase_found / len(queries),
+        },
+        bm25_hits,
+        tantivy,
+    )
 
-    peers: dict[str, dict[str, Any]] = {}
-    if tantivy_hits is not None and t_tantivy is not None:
-        row = {pid: i for i, pid in enumerate(ids)}
-        peers[f"tantivy (bm25_tantivy on our index, {cpus} threads)"] = {
-            "index_s": None,  # the same index as ours
-            "query_s": t_tantivy,
-            "queries": len(queries),
-            "qps": len(queries) / t_tantivy,
-            "overlap_at_10_with_ours": overlap_at_10(
-                bm25_hits, [[row[h.passage_id] for h in hl] for hl in tantivy_hits], ids
-            ),
-            "same_ranking_as_ours": float(
-                np.mean(
-                    [
-                        [h.passage_id for h in a] == [h.passage_id for h in b]
-                        for a, b in zip(bm25_hits, tantivy_hits, strict=True)
-                    ]
-                )
-            ),
-        }
-    if not args.skip_peers:
-        for backend_name in ("numpy", "numba"):
-            console.print(f"peer: bm25s lucene, {backend_name} backend ...")
-            stats, found_ids = run_bm25s(texts, queries, k, backend_name, cpus, args.repeat)
-            stats["overlap_at_10_with_ours"] = overlap_at_10(bm25_hits, found_ids, ids)
-            peers[f"bm25s lucene ({backend_name}, {cpus} threads)"] = stats
-        console.print(f"peer: rank_bm25 BM25Okapi on {args.rank_bm25_queries} queries ...")
-        peers[f"rank_bm25 BM25Okapi (on {args.rank_bm25_queries} queries)"] = run_rank_bm25(
-            texts, queries[: args.rank_bm25_queries], k
-        )
-    result["peers"] = peers
-    result["peak_rss_mb"] = peak_rss_mb()
-    result["environment"] = {
-        "python": platform.python_version(),
-        "tantivy": version("tantivy"),
-        "numpy": np.__version__,
-        "bm25s": version("bm25s"),
-        "rank_bm25": version("rank-bm25"),
-        "machine": platform.machine(),
-        "processor": platform.processor() or platform.platform(),
-    }
 
-    ours = result["ours"]
-    table = Table(title=f"BM25, {len(texts):,} passages, top {k}")
-    for col in ("engine", "index s", "queries/s", "ours / peer (q/s)", "top-10 overlap"):
-        table.add_column(col, justify="left" if col == "engine" else "right")
+def report(console: Console, result: dict[str, Any]) -> None:
+    """The BM25 table (ours and the peers), the mining pass table, the verdict."""
+    ours, k, n_queries = result["ours"], result["k"], result["queries"]
+    table = common.figures_table(
+        f"BM25, {result['n']:,} passages, top {k}",
+        ("engine", "index s", "queries/s", "ours / peer (q/s)", "top-10 overlap"),
+    )
     table.add_row(
         "ours: embedded (BM25 matrix + numba), incl. vectors",
-        f"{t_build:.1f}",
+        f"{ours['build_s']:.1f}",
         f"{ours['bm25_qps']:,.0f}",
         "",
         "",
     )
-    for name, stats in peers.items():
-        ratio = ours["bm25_qps"] / stats["qps"]
+    for name, stats in result["peers"].items():
         overlap = stats.get("overlap_at_10_with_ours")
         table.add_row(
             f"peer: {name}",
             "(same)" if stats["index_s"] is None else f"{stats['index_s']:.1f}",
             f"{stats['qps']:,.1f}",
-            f"{ratio:,.1f}x",
+            f"{ours['bm25_qps'] / stats['qps']:,.1f}x",
             "" if overlap is None else f"{overlap:.0%}",
         )
     console.print(table)
-    mtable = Table(title=f"ours: mining pass, {len(queries):,} queries, k={k}, num_candidates={nc}")
-    mtable.add_column("step")
-    mtable.add_column("seconds", justify="right")
-    mtable.add_column("queries/s", justify="right")
+    mining = ours["mining"]
+    mtable = common.figures_table(
+        f"ours: mining pass, {n_queries:,} queries, k={k}, num_candidates={result['num_candidates']}",
+        ("step", "seconds", "queries/s"),
+    )
     for step, seconds in mining.items():
-        mtable.add_row(step.removesuffix("_s"), f"{seconds:.1f}", f"{len(queries) / seconds:,.0f}")
-    mtable.add_row("(kNN alone, query vectors)", f"{t_knn:.1f}", f"{ours['knn_qps']:,.0f}")
+        mtable.add_row(step.removesuffix("_s"), f"{seconds:.1f}", f"{n_queries / seconds:,.0f}")
+    mtable.add_row("(kNN alone, query vectors)", f"{ours['knn_s']:.1f}", f"{ours['knn_qps']:,.0f}")
     console.print(mtable)
     verdict = "under" if mining["total_s"] < 180 else "OVER"
     console.print(
         f"mining pass {mining['total_s']:.1f} s: {verdict} the 3-minute target; relevant passage in the fused "
-        f"top {k}: {found / len(queries):.1%} (phrase alone: {phrase_found / len(queries):.1%}); "
+        f"top {k}: {ours['relevant_in_fused_top']:.1%} (phrase alone: {ours['relevant_in_phrase_top']:.1%}); "
         f"peak RSS {result['peak_rss_mb']:,.0f} MB"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    console.print(f"wrote {args.out}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console(width=120)
+    cpus = os.cpu_count() or 1
+    x = make_inputs(args)
+    console.print(
+        f"{len(x.texts):,} passages, {np.mean([len(t.split()) for t in x.texts]):.0f} words on average; "
+        f"{len(x.queries):,} queries of {np.mean([len(q.split()) for q in x.queries]):.1f} words; "
+        f"vectors: random unit vectors, {args.dims} dims, precomputed (no model runs); {cpus} CPUs"
+    )
+    result: dict[str, Any] = {
+        "n": len(x.texts),
+        "queries": len(x.queries),
+        "dims": args.dims,
+        "k": args.k,
+        "num_candidates": args.num_candidates,
+        "vectors": "random unit vectors, precomputed",
+        "cpus": cpus,
+        "repeat": args.repeat,
+    }
+    result["ours"], bm25_hits, tantivy = run_ours(args, x, console)
+    result["peers"] = run_peers(args, x.texts, x.queries, x.ids, (bm25_hits, tantivy), console)
+    result["peak_rss_mb"] = peak_rss_mb()
+    result["common.environment"] = common.environment(
+        tantivy=version("tantivy"),
+        numpy=np.__version__,
+        bm25s=version("bm25s"),
+        rank_bm25=version("rank-bm25"),
+    )
+    report(console, result)
+    common.write_results(args.out, result, console)
     return 0
 
 

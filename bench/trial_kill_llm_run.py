@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.common import REPO
+
 CLI = "import sys; from flows.cli import main; sys.argv[0] = 'irforge'; main()"
 
 

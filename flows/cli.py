@@ -42,6 +42,7 @@ from irforge.summary import rows_table, run_summary, status_table
 from tasks.common.release.hub import push_release
 from tasks.common.report.html import write_report
 from tasks.cure import calibration
+from tasks.cure.stages.pool import stored_floor
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Build IR test collections as Prefect flows."
@@ -52,6 +53,7 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 180)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+FlowArg = Annotated[str, typer.Argument(help="Flow name.")]
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Flow config (YAML). Default: the bundled demo config.")
 ]
@@ -158,12 +160,13 @@ def run(
         if name is not None:
             pipeline.spec(name)
     from flows.ephemeral import guard_temporary_server  # noqa: PLC0415 -- imports Prefect
-    from flows.run import FLOWS  # noqa: PLC0415 -- Prefect is slow to import: only `run` needs it
+    from flows.run import irforge_flow  # noqa: PLC0415 -- Prefect is slow to import: only `run` needs it
 
     if not _debug():
         _quiet_prefect_on_user_errors()
     guard_temporary_server()
-    result = FLOWS[flow](
+    result = irforge_flow(
+        flow=flow,
         config=str(config) if config else None,
         artifacts=str(artifacts),
         from_stage=from_stage,
@@ -180,7 +183,7 @@ def run(
 @app.command()
 @_one_line_errors
 def status(
-    flow: Annotated[str, typer.Argument(help="Flow name.")],
+    flow: FlowArg,
     config: ConfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
@@ -200,12 +203,19 @@ def status(
         out.print(status_table(flow, statuses))
 
 
-def _artifact_for_show(flow: str, stage: str, config: Path | None, store: ArtifactStore) -> Artifact:
+def _current_fingerprint(flow: str, stage: str, config: Path | None) -> str:
+    """The fingerprint ``stage`` of ``flow`` has under the config (an error if it is not configured)."""
     pipeline = get_pipeline(flow)
     pipeline.spec(stage)
     flow_config, base_dir = pipeline.load(config)
-    current = pipeline.plan(flow_config, base_dir)[stage].fingerprint
-    found = store.find(flow, stage, current)
+    plans = pipeline.plan(flow_config, base_dir)
+    if stage not in plans:
+        raise IrforgeError(f"the {flow} config has no {stage} stage")
+    return plans[stage].fingerprint
+
+
+def _artifact_for_show(flow: str, stage: str, config: Path | None, store: ArtifactStore) -> Artifact:
+    found = store.find(flow, stage, _current_fingerprint(flow, stage, config))
     if found is not None:
         return found
     previous = latest_fingerprints(store, flow).get(stage)
@@ -218,10 +228,20 @@ def _artifact_for_show(flow: str, stage: str, config: Path | None, store: Artifa
     return found
 
 
+def _fresh_artifact(flow: str, stage: str, config: Path | None, store: ArtifactStore) -> Artifact:
+    """The artifact of ``stage`` under the current config; an error if it was not computed yet."""
+    found = store.find(flow, stage, _current_fingerprint(flow, stage, config))
+    if found is None:
+        raise IrforgeError(
+            f"{flow}/{stage} is not computed for this config: run `irforge run {flow} --until {stage}`"
+        )
+    return found
+
+
 @app.command()
 @_one_line_errors
 def show(
-    flow: Annotated[str, typer.Argument(help="Flow name.")],
+    flow: FlowArg,
     stage: Annotated[str, typer.Argument(help="Stage name.")],
     excluded: Annotated[bool, typer.Option("--excluded", help="Show the rows the stage dropped.")] = False,
     n: Annotated[int, typer.Option("-n", help="Number of rows.", min=0)] = 10,
@@ -261,26 +281,10 @@ def show(
     )
 
 
-def _fresh_artifact(flow: str, stage: str, config: Path | None, store: ArtifactStore) -> Artifact:
-    """The artifact of ``stage`` under the current config; an error if it was not computed yet."""
-    pipeline = get_pipeline(flow)
-    pipeline.spec(stage)
-    flow_config, base_dir = pipeline.load(config)
-    plans = pipeline.plan(flow_config, base_dir)
-    if stage not in plans:
-        raise IrforgeError(f"the {flow} config has no {stage} stage")
-    found = store.find(flow, stage, plans[stage].fingerprint)
-    if found is None:
-        raise IrforgeError(
-            f"{flow}/{stage} is not computed for this config: run `irforge run {flow} --until {stage}`"
-        )
-    return found
-
-
 @app.command()
 @_one_line_errors
 def calibrate(
-    flow: Annotated[str, typer.Argument(help="Flow name.")],
+    flow: FlowArg,
     labels: Annotated[
         Path,
         typer.Option("--labels", help="Human grades: CSV or JSONL with query_id, passage_id, label (0/1/2)."),
@@ -298,7 +302,9 @@ def calibrate(
         raise IrforgeError(f"--scale must be probability or logit, not {scale!r}")
     on: calibration.Scale = "probability" if scale == "probability" else "logit"
     pool = _fresh_artifact(flow, "pool", config, ArtifactStore(artifacts.resolve()))
-    floor = float(pool.manifest["material"]["config"]["store_floor"])
+    floor = stored_floor(pool, on)
+    if floor is None:
+        raise IrforgeError("the pool stage stored no pair: nothing to calibrate")
     result = calibration.calibrate(
         pool.read(),
         calibration.read_labels(labels),
@@ -334,7 +340,7 @@ def calibrate(
 @app.command()
 @_one_line_errors
 def release(
-    flow: Annotated[str, typer.Argument(help="Flow name.")],
+    flow: FlowArg,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Copy the release folder here.")] = None,
     push: Annotated[
         str | None,
@@ -365,13 +371,13 @@ def release(
 @app.command()
 @_one_line_errors
 def report(
-    flow: Annotated[str, typer.Argument(help="Flow name.")],
+    flow: FlowArg,
     run_id: Annotated[str | None, typer.Option("--run", help="Run id (default: the latest run).")] = None,
     artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
 ) -> None:
     """Write (again) the HTML report of a run and print its path."""
-    get_pipeline(flow)
-    out.print(str(write_report(artifacts.resolve(), flow, run_id)), highlight=False)
+    sections = get_pipeline(flow).report_sections
+    out.print(str(write_report(artifacts.resolve(), flow, run_id, sections=sections)), highlight=False)
 
 
 def main() -> None:

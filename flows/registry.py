@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import tasks.cure
+import tasks.cure.report
 import tasks.evidencebench
+import tasks.evidencebench.report
 from irforge.errors import IrforgeError
 from irforge.pipeline import Pipeline
 
@@ -17,6 +19,7 @@ PIPELINES: dict[str, Pipeline] = {
         config_type=tasks.cure.CureConfig,
         stages=tasks.cure.STAGES,
         default_config=CONFIGS / "cure.yaml",
+        report_sections=tasks.cure.report.SECTIONS,
     ),
     "evidencebench": Pipeline(
         name="evidencebench",
@@ -24,6 +27,7 @@ PIPELINES: dict[str, Pipeline] = {
         stages=tasks.evidencebench.STAGES,
         default_config=CONFIGS / "evidencebench.yaml",
         release_stage="export",
+        report_sections=tasks.evidencebench.report.SECTIONS,
     ),
 }
 

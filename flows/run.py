@@ -1,4 +1,4 @@
-"""Prefect wiring: each stage a task, the flow a DAG of them.
+"""Prefect wiring: one flow, ``irforge``, runs any registered pipeline; each stage a task.
 
 Reuse is decided by the stage engine from content fingerprints, not by Prefect's cache
 (which would hash only this wrapper's source), so tasks run with ``NO_CACHE``. What a
@@ -27,12 +27,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.futures import PrefectFuture
 from prefect.logging.handlers import APILogHandler
+from prefect.utilities.names import generate_slug
 
 from flows.registry import get_pipeline
 from irforge.artifacts import ArtifactStore
 from irforge.config import ExecutionConfig
 from irforge.engine import StageOutcome
-from irforge.pipeline import Selection, Step, execute_step, select_steps
+from irforge.pipeline import Pipeline, Selection, Step, execute_step, select_steps
 from irforge.progress import RichProgress
 from irforge.runs import RunRecorder, new_run_id
 from irforge.summary import summary_rows
@@ -134,20 +135,20 @@ def run_pipeline(flow_name: str, config: Path | None, artifacts: Path, selection
                 outcomes.append((step.name, futures[step.name].result()))
     except BaseException:
         recorder.finish("failed")
-        _publish(flow_name, outcomes, recorder, _report(store, flow_name, recorder.run_id))
+        _publish(flow_name, outcomes, recorder, _report(store, pipeline, recorder.run_id))
         raise
     finally:
         close_local_servers()  # the embedded LLM server lives as long as the run
     recorder.finish("completed")
-    report = _report(store, flow_name, recorder.run_id)
+    report = _report(store, pipeline, recorder.run_id)
     _publish(flow_name, outcomes, recorder, report)
     return RunResult(flow_name, recorder.run_id, recorder.path, outcomes, report)
 
 
-def _report(store: ArtifactStore, flow_name: str, run_id: str) -> Path | None:
+def _report(store: ArtifactStore, pipeline: Pipeline, run_id: str) -> Path | None:
     """The run's HTML report; a failure to draw it is logged, never fatal to the run."""
     try:
-        return write_report(store.root, flow_name, run_id)
+        return write_report(store.root, pipeline.name, run_id, sections=pipeline.report_sections)
     except Exception as exc:
         log.warning("run report not written: %s: %s", type(exc).__name__, exc)
         return None
@@ -184,8 +185,16 @@ def _publish(
         log.warning("Prefect artifacts not published: %s: %s", type(exc).__name__, exc)
 
 
-@flow(name="cure")
-def cure(
+def _run_name() -> str:
+    """``<flow>-<two words>`` (e.g. ``cure-witty-otter``): the run's name says which flow it runs."""
+    context = FlowRunContext.get()
+    parameters = (context.parameters if context is not None else None) or {}
+    return f"{parameters.get('flow', 'irforge')}-{generate_slug(2)}"
+
+
+@flow(name="irforge", flow_run_name=_run_name)
+def irforge_flow(
+    flow: str,
     config: str | None = None,
     artifacts: str | None = None,
     from_stage: str | None = None,
@@ -193,29 +202,11 @@ def cure(
     until: str | None = None,
     force: bool = False,
 ) -> RunResult:
-    """CURE (papers 000/001): articles → passages → ... → a Hugging Face release.
+    """Run ``flow``, any flow of ``flows/registry.py``, or part of it (``from_stage`` / ``only`` /
+    ``until`` / ``force``: ``irforge run --help``).
 
     Plain parameters, so a deployment (``infra/prefect.yaml``) can set them as JSON;
-    ``artifacts`` left out: see :func:`artifact_root`.
+    ``config`` left out: the flow's bundled config; ``artifacts`` left out: see :func:`artifact_root`.
     """
     selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
-    return run_pipeline("cure", Path(config) if config else None, artifact_root(artifacts), selection)
-
-
-@flow(name="evidencebench")
-def evidencebench(
-    config: str | None = None,
-    artifacts: str | None = None,
-    from_stage: str | None = None,
-    only: str | None = None,
-    until: str | None = None,
-    force: bool = False,
-) -> RunResult:
-    """EvidenceBench (paper 002): reviews → evidence summaries → cited papers' sentence pools → refined summaries → hypotheses."""
-    selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
-    return run_pipeline(
-        "evidencebench", Path(config) if config else None, artifact_root(artifacts), selection
-    )
-
-
-FLOWS = {"cure": cure, "evidencebench": evidencebench}
+    return run_pipeline(flow, Path(config) if config else None, artifact_root(artifacts), selection)

@@ -31,6 +31,9 @@ class Pipeline:
     stages: tuple[StageSpec[Any], ...]  # in an order where upstream comes first
     default_config: Path
     release_stage: str = "release"  # the stage whose files/release folder `irforge release` serves
+    # The flow's own sections of its run report, handed to the report as they are
+    # (``tasks/common/report/sections.py`` says what one is); none: the generic parts only.
+    report_sections: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         seen: set[str] = set()

@@ -2,7 +2,7 @@
 
 Used by every adapter that talks to a server (``tasks/common/llm/openai_chat.py``,
 ``tasks/common/embed/remote.py``, ``tasks/common/rerank/vllm_score.py``, ``tasks/common/translate/deepl.py``,
-``tasks/common/search/elastic.py``): a URL may carry credentials (``http://user:secret@host``)
+``tasks/common/search/elastic/connection.py``): a URL may carry credentials (``http://user:secret@host``)
 or a key in its query, and neither may reach a log line.
 """
 

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tasks.common.llm.cache import ChatStats, ReplyCache, cached_chat
 from tasks.common.llm.port import ChatFailure, ChatModel, ChatReply, ChatRequest, OnOutcome, Sampling
 from tasks.evidencebench.grammars import selection_grammar
-from tasks.evidencebench.llm_steps import Prompt, decision_indices, load_prompt, one_line
+from tasks.evidencebench.llm_steps import Prompt, load_prompt, one_line
+from tasks.evidencebench.parsers import decision_indices
 
 WINDOW_SIZE = 10
 WINDOW_STRIDE = 5
@@ -165,6 +167,36 @@ class Alignment:
         """Aspects with at least one window that failed."""
         return frozenset(aspect_id for aspect_id, _ in self.failed_windows.values())
 
+    def failure_rows(self, unit_id: str, order: Sequence[str]) -> list[dict[str, Any]]:
+        """One row per failed request, by ``custom_id``: its aspect's index in ``order``, its
+        window, why it failed and its raw reply (the ``failed_windows`` table of stage ``align``)."""
+        rows = []
+        for custom_id, failure in sorted(self.failures.items()):
+            aspect_id, span = self.failed_windows[custom_id]
+            rows.append(
+                {
+                    "unit_id": unit_id,
+                    "custom_id": custom_id,
+                    "aspect_index": list(order).index(aspect_id),
+                    "window_start": span.start,
+                    "window_stop": span.stop,
+                    "reason": failure.reason,
+                    "detail": failure.detail,
+                    "raw_reply": failure.raw_text,
+                    "attempts": failure.attempts,
+                }
+            )
+        return rows
+
+    def failure_detail(self, requests: int) -> str:
+        """How many of ``requests`` failed, and why the first one did."""
+        first = min(self.failures)
+        why = f"{self.failures[first].reason}: {self.failures[first].detail}"
+        return (
+            f"{len(self.failures)} of {requests} window requests got no valid reply "
+            f"(first {first}: {why}); see the failed_windows table"
+        )
+
 
 def align(
     model: ChatModel,
@@ -173,30 +205,16 @@ def align(
     summary: str,
     pool: Sequence[str],
     *,
-    size: int = WINDOW_SIZE,
-    stride: int = WINDOW_STRIDE,
-    prompt: Prompt | None = None,
-    sampling: Sampling | None = None,
     on_outcome: OnOutcome | None = None,
-    constrain: bool = False,
-    allow_empty: bool = True,
+    **design: Any,
 ) -> Alignment:
     """Align every aspect with the pool through ``model`` behind ``cache`` (nothing is paid twice).
 
-    Every (aspect, window) request ends either in ``selected`` (its reply's indices, mapped
-    back to pool indices) or in ``failures``.
+    ``design``: the keywords of :func:`alignment_requests` (window size, stride, prompt,
+    sampling, grammar). Every (aspect, window) request ends either in ``selected`` (its
+    reply's indices, mapped back to pool indices) or in ``failures``.
     """
-    planned = alignment_requests(
-        aspects,
-        summary,
-        pool,
-        size=size,
-        stride=stride,
-        prompt=prompt,
-        sampling=sampling,
-        constrain=constrain,
-        allow_empty=allow_empty,
-    )
+    planned = alignment_requests(aspects, summary, pool, **design)
     by_length: dict[int, list[AlignmentRequest]] = {}
     for item in planned:
         by_length.setdefault(len(item.window), []).append(item)
@@ -245,17 +263,15 @@ def alignment_cost(
     aspects: Mapping[str, str],
     summary: str,
     pool: Sequence[str],
-    *,
-    size: int = WINDOW_SIZE,
-    stride: int = WINDOW_STRIDE,
-    prompt: Prompt | None = None,
+    **design: Any,
 ) -> RequestCost:
-    """The cost of aligning ``aspects`` with ``pool`` in windows of ``size`` every ``stride``.
+    """The cost of aligning ``aspects`` with ``pool`` with ``design``, the keywords of
+    :func:`alignment_requests` (windows of ``size`` every ``stride``, ``prompt``).
 
     ``size=1, stride=1`` is the design with one request per (aspect, sentence), the same
     prompt showing a single element.
     """
-    planned = alignment_requests(aspects, summary, pool, size=size, stride=stride, prompt=prompt)
+    planned = alignment_requests(aspects, summary, pool, **design)
     return request_cost([item.request for item in planned])
 
 

@@ -145,7 +145,8 @@ def task_sizes(instance: Mapping[str, Any], name: str = "instance") -> dict[Task
     return sizes
 
 
-def _pool_and_hypothesis(instance: Mapping[str, Any], name: str) -> tuple[list[str], str]:
+def pool_and_hypothesis(instance: Mapping[str, Any], name: str) -> tuple[list[str], str]:
+    """The instance's candidate pool and hypothesis, checked: ValueError for a blank or missing one."""
     hypothesis = instance.get("hypothesis")
     pool = instance.get("paper_as_candidate_pool")
     if not isinstance(hypothesis, str) or not hypothesis.strip():
@@ -166,7 +167,7 @@ class RankingBaseline:
     prefixes: Mapping[AspectGroup, str] = field(default_factory=dict)
 
     def __call__(self, name: str, instance: Mapping[str, Any]) -> dict[Task, list[int]]:
-        pool, hypothesis = _pool_and_hypothesis(instance, name)
+        pool, hypothesis = pool_and_hypothesis(instance, name)
         rankings: dict[str, list[int]] = {}
         out: dict[Task, list[int]] = {}
         for task, k in task_sizes(instance, name).items():
@@ -194,13 +195,14 @@ def negated_set(
         text = negations[name]
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"{name}: the negated hypothesis is blank")
-        if _normalised(text) == _normalised(str(instance.get("hypothesis", ""))):
+        if normalised(text) == normalised(str(instance.get("hypothesis", ""))):
             raise ValueError(f"{name}: the negated hypothesis is the hypothesis itself")
         out[name] = {**instance, "hypothesis": text}
     return out
 
 
-def _normalised(text: str) -> str:
+def normalised(text: str) -> str:
+    """``text`` with its whitespace folded and its case removed: how a negation is compared."""
     return " ".join(text.split()).casefold()
 
 

@@ -1,14 +1,14 @@
 """GBNF grammars of the replies EvidenceBench's LLM steps parse, for grammar-constrained decoding.
 
 Why: a small local model (the embedded Gemma 3 270M) rarely writes the keyword formats of
-:mod:`tasks.evidencebench.llm_steps` on its own, so nearly every reply would fail its parser and
+:mod:`tasks.evidencebench.parsers` on its own, so nearly every reply would fail its parser and
 end quarantined. Servers that take a GBNF grammar (llama.cpp's ``grammar``, vLLM's
 ``structured_outputs.grammar``; see :mod:`tasks.common.llm.openai_chat`) can be held to the form
 instead. The grammar constrains only the form: replies still go through the step's parser,
 which stays the authority (servers ignore fields they do not know).
 
 The property each builder keeps: every string its grammar accepts passes the step's parser
-(:func:`~tasks.evidencebench.llm_steps.parse_suitability`, ``parse_leak_check``,
+(:func:`~tasks.evidencebench.parsers.parse_suitability`, ``parse_leak_check``,
 ``parse_hypothesis``, ``parse_aspects``, ``parse_labels``, ``refine_validator`` and
 :func:`~tasks.evidencebench.alignment.parse_selection`). One exception a context-free grammar
 cannot express cheaply: :func:`aspects_grammar` does not forbid two equal aspects, which
@@ -29,10 +29,11 @@ from collections.abc import Sequence
 
 import pysbd
 
-from tasks.evidencebench.llm_steps import MAX_HYPOTHESIS_CHARS, one_line
+from tasks.evidencebench.llm_steps import one_line
+from tasks.evidencebench.parsers import MAX_HYPOTHESIS_CHARS
 
 LABELS = ("results", "background", "methods")
-"""The aspect labels :func:`~tasks.evidencebench.llm_steps.parse_labels` accepts (``AspectLabel``)."""
+"""The aspect labels :func:`~tasks.evidencebench.parsers.parse_labels` accepts (``AspectLabel``)."""
 
 # str.splitlines() breaks lines at each of these; a one-line answer must contain none.
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -139,7 +140,7 @@ def choice_grammar(keyword: str, choices: Sequence[str]) -> str:
 
 def hypothesis_grammar(max_chars: int = 400) -> str:
     """``HYPOTHESIS: `` then one line of 1 .. ``max_chars`` characters, the first not
-    whitespace (:func:`~tasks.evidencebench.llm_steps.parse_hypothesis`)."""
+    whitespace (:func:`~tasks.evidencebench.parsers.parse_hypothesis`)."""
     if not 1 <= max_chars <= MAX_HYPOTHESIS_CHARS:
         raise ValueError(f"max_chars {max_chars}: need 1 .. {MAX_HYPOTHESIS_CHARS} (what the parser accepts)")
     return _grammar([("root", f"{literal('HYPOTHESIS: ')} text"), *_free_text(max_chars)])
@@ -148,7 +149,7 @@ def hypothesis_grammar(max_chars: int = 400) -> str:
 def aspects_grammar(max_aspects: int = 12, max_chars: int = 200) -> str:
     """``ASPECTS:`` then 1 .. ``max_aspects`` lines ``1. text``, ``2. text``, ... numbered from
     1, each text one line of 1 .. ``max_chars`` characters
-    (:func:`~tasks.evidencebench.llm_steps.parse_aspects`; equal aspects are not ruled out)."""
+    (:func:`~tasks.evidencebench.parsers.parse_aspects`; equal aspects are not ruled out)."""
     if max_aspects < 1 or max_chars < 1:
         raise ValueError(f"need max_aspects >= 1 and max_chars >= 1, got {max_aspects} and {max_chars}")
     rules = [("root", f"{literal('ASPECTS:')} a1")]
@@ -160,7 +161,7 @@ def aspects_grammar(max_aspects: int = 12, max_chars: int = 200) -> str:
 
 def labels_grammar(n_aspects: int) -> str:
     """``LABELS:`` then exactly ``n_aspects`` lines ``1: label``, ``2: label``, ... each label
-    results, background or methods (:func:`~tasks.evidencebench.llm_steps.parse_labels`)."""
+    results, background or methods (:func:`~tasks.evidencebench.parsers.parse_labels`)."""
     if n_aspects < 1:
         raise ValueError("an instance to label has at least one aspect")
     lines = " ".join(literal("\n" + str(n) + ": ") + " label" for n in range(1, n_aspects + 1))
@@ -170,7 +171,7 @@ def labels_grammar(n_aspects: int) -> str:
 
 def refine_grammar(sentences: Sequence[str], citing: int) -> str:
     """``HINT:`` then some of ``sentences``, one per line, in their order, none twice,
-    sentence ``citing`` among them (App. H.2; :func:`~tasks.evidencebench.llm_steps.refine_validator`
+    sentence ``citing`` among them (App. H.2; :func:`~tasks.evidencebench.parsers.refine_validator`
     for a paragraph the sentences come from and a citation sentence ``citing`` contains).
 
     Sentences are written with whitespace collapsed to single spaces

@@ -6,15 +6,10 @@ instance can be scored on (:func:`~tasks.evidencebench.baselines.task_sizes`: K 
 for at most K sentences of the candidate pool, so the existing ER@K evaluation
 (:func:`~tasks.evidencebench.baselines.evaluate`) scores it like any ranking baseline.
 
-The prompt shows the pool as ``i: text [End of text element i]`` lines (the element format
-of App. C), ``i`` being the *pool* index, so a reply's indices are the selection itself.
-Every reply ends with ``DECISION: [i, j, ...]`` (App. E.1-E.4), parsed strictly by
-:func:`parse_retrieval`: indices shown in the request, no repeats, nothing else on the
-line; anything else is :class:`~tasks.common.llm.port.ReplyInvalid`, retried by the adapter, then
-a :class:`~tasks.common.llm.port.ChatFailure` of that instance and task. A list *longer* than K is
-not invalid: what to do with it is the strategy's business. The aspect group of the task
-(all aspects, or results only for the Result-ER tasks, App. E.2) is the prompt's
-``$focus`` sentence (:data:`FOCUS`).
+What a question shows and how its reply is parsed is :mod:`tasks.evidencebench.retrieval_format`:
+a reply whose ``DECISION:`` list does not parse is retried by the adapter, then ends as a
+:class:`~tasks.common.llm.port.ChatFailure` of that instance and task. A list *longer* than K is
+not invalid: what to do with it is the strategy's business.
 
 Strategies (``LLMRetriever.strategy``):
 
@@ -35,7 +30,8 @@ Strategies (``LLMRetriever.strategy``):
   (App. E.5 applies to any reply over the limit). The Result-ER tasks use this strategy
   in the paper (App. E.2, Figures 8-9) with a one-shot example that is not reproduced here.
 
-Sections come from ``sentence_types_in_candidate_pool`` (:func:`sections`).
+Sections come from ``sentence_types_in_candidate_pool``
+(:func:`~tasks.evidencebench.retrieval_format.sections`).
 
 :meth:`LLMRetriever.select_all` sends the requests of many instances together: each round
 (first asks, each regeneration, step 2) is one :func:`~tasks.common.llm.cache.cached_chat` call
@@ -48,114 +44,22 @@ The cache keys on the conversation, not the id, so a regeneration (whose convers
 holds the earlier reply) is a new question; its ``custom_id`` ``<name>/<task>/<part>#regenN``
 marks the attempt for logs and quarantine (part: ``paper``, ``section <start>-<stop>``,
 ``select``).
-
-:func:`negate` is the LLM step of App. E.8: the negated hypotheses that
-:func:`~tasks.evidencebench.baselines.negated_set` takes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, NamedTuple
 
 from tasks.common.llm.cache import ChatStats, ReplyCache, cached_chat
 from tasks.common.llm.port import ChatFailure, ChatModel, ChatReply, ChatRequest, Sampling
-from tasks.evidencebench.baselines import task_sizes
-from tasks.evidencebench.llm_steps import (
-    DEFAULT_SAMPLING,
-    Prompt,
-    decision_indices,
-    load_prompt,
-    one_line,
-    parse_hypothesis,
-)
-from tasks.evidencebench.selection import TASK_K, AspectGroup, Task
+from tasks.evidencebench.baselines import pool_and_hypothesis, task_sizes
+from tasks.evidencebench.llm_steps import DEFAULT_SAMPLING, Prompt, load_prompt
+from tasks.evidencebench.retrieval_format import FOCUS, RetrievalValidator, render_pool_elements, sections
+from tasks.evidencebench.selection import TASK_K, Task
 
 Strategy = Literal["default", "section", "regenerate"]
-SENTENCE_TYPES: frozenset[str] = frozenset({"section_name", "abstract", "normal_paragraph"})
-
-FOCUS: dict[AspectGroup, str] = {
-    "all": (
-        "Look for the experiment that bears on the hypothesis and for the details of it (what was "
-        "studied, how, on whom, what was measured and what was found) that together make the "
-        "strongest evidence."
-    ),
-    "results": (
-        "Look only for experimental results and the analyses of those results that bear on the "
-        "hypothesis; do not pick background, motivation or methods."
-    ),
-}
-"""The ``$focus`` sentence of each aspect group (App. E.1 for all aspects, App. E.2 for results)."""
-
-
-# -- rendering and parsing --------------------------------------------------------------
-
-
-def render_pool_elements(pool: Sequence[str], indices: Iterable[int]) -> str:
-    """The elements ``indices`` of ``pool`` as ``i: text [End of text element i]`` lines, i the pool index."""
-    return "\n".join(f"{i}: {one_line(pool[i])} [End of text element {i}]" for i in indices)
-
-
-def parse_retrieval(reply: str, allowed: Iterable[int]) -> tuple[int, ...]:
-    """The indices after ``DECISION:``, in the order the reply lists them.
-
-    The value must be a list like ``[3, 17]`` or ``[]`` and end the reply; each item a
-    non-negative integer in ``allowed`` (the indices the request showed), none repeated.
-    Any other reply is :class:`ReplyInvalid`. The length is not checked: a list longer than
-    K is a valid parse that the strategy cuts or regenerates.
-    """
-    shown = allowed if isinstance(allowed, range | frozenset) else frozenset(allowed)
-    not_shown = f"is not one of the text elements shown ({_span(shown)})"
-    chosen = decision_indices(reply, lambda index: None if index in shown else not_shown)
-    return tuple(chosen)
-
-
-def _span(shown: range | frozenset[int]) -> str:
-    if isinstance(shown, range):
-        return f"{shown.start} to {shown.stop - 1}" if shown else "none"
-    listed = sorted(shown)
-    return ", ".join(map(str, listed[:20])) + (", ..." if len(listed) > 20 else "")
-
-
-@dataclass(frozen=True)
-class RetrievalValidator:
-    """The validator of replies about the elements ``allowed`` (hashable: requests are grouped by it)."""
-
-    allowed: range | frozenset[int]
-
-    def __call__(self, reply: str) -> tuple[int, ...]:
-        return parse_retrieval(reply, self.allowed)
-
-
-def sections(types: Sequence[str], name: str = "instance") -> list[range]:
-    """The pool cut into sections by ``sentence_types_in_candidate_pool`` (App. E.4's natural sections).
-
-    A run of ``section_name`` elements (a title, possibly followed by subtitles) starts a
-    section that holds them and the paragraphs after them; a run of ``abstract`` elements is
-    a section of its own; paragraphs before the first title (an untitled introduction) are
-    one too. Consecutive titles stay together so no section is a bare title. The spans are
-    contiguous, in order and cover the pool.
-    """
-    unknown = sorted({t for t in types if t not in SENTENCE_TYPES}, key=str)
-    if unknown:
-        raise ValueError(f"{name}: unknown sentence types {unknown[:5]}; expected {sorted(SENTENCE_TYPES)}")
-    starts: list[int] = []
-    for i, kind in enumerate(types):
-        before = types[i - 1] if i else None
-        if (
-            i == 0
-            or (kind == "section_name" and before != "section_name")
-            or ((kind == "abstract") != (before == "abstract"))
-        ):
-            starts.append(i)
-    if not starts:
-        return []
-    ends = [*starts[1:], len(types)]
-    return [range(a, b) for a, b in zip(starts, ends, strict=True)]
-
-
-# -- the retriever ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -228,7 +132,7 @@ class LLMRetriever:
 
     ``strategy``: see the module docstring. ``max_regenerations``: regeneration requests
     per question before the reply is cut to K (``"regenerate"`` and ``"section"`` only).
-    Prompt fields override ``prompts/evidence_retrieve*.md``; ``sampling`` is sent with
+    Prompt fields override ``prompts/evidencebench/retrieve*.md``; ``sampling`` is sent with
     every request (it enters the cache key).
     """
 
@@ -289,13 +193,7 @@ class LLMRetriever:
             for name, plan in plans.items()
             for task, k in plan.sizes.items()
         ]
-        answered = self._ask(asks, out.total)
-        for ask in asks:
-            key = (ask.name, ask.task, ask.part)
-            if key in answered.failures:
-                out.fail(ask.name, ask.task, answered.failures[key])
-            else:
-                out.selections[ask.name][ask.task] = list(answered.picks[key])
+        out.settle(asks, self._ask(asks, out.total))
 
     def _by_section(self, plans: Mapping[str, _Plan], out: _Outcome) -> None:
         """Strategy section: step 1 per (task, section), then step 2 over each task's union when it exceeds K."""
@@ -328,13 +226,7 @@ class LLMRetriever:
                     finals.append(
                         self._question(name, task, k, "select", plan, frozenset(union), select_prompt)
                     )
-        step2 = self._ask(finals, out.total)
-        for ask in finals:
-            key = (ask.name, ask.task, ask.part)
-            if key in step2.failures:
-                out.fail(ask.name, ask.task, step2.failures[key])
-            else:
-                out.selections[ask.name][ask.task] = list(step2.picks[key])
+        out.settle(finals, self._ask(finals, out.total))
 
     # -- internals ----------------------------------------------------------------------
 
@@ -350,15 +242,7 @@ class LLMRetriever:
         return override or load_prompt(step)
 
     def _plan(self, name: str, instance: Mapping[str, Any]) -> _Plan:
-        hypothesis = instance.get("hypothesis")
-        pool = instance.get("paper_as_candidate_pool")
-        if not isinstance(hypothesis, str) or not hypothesis.strip():
-            raise ValueError(f"{name}: the hypothesis is missing or blank")
-        if not isinstance(pool, list) or not pool:
-            raise ValueError(f"{name}: paper_as_candidate_pool is missing or empty")
-        blank = [i for i, s in enumerate(pool) if not isinstance(s, str) or not s.strip()]
-        if blank:
-            raise ValueError(f"{name}: candidate-pool sentences {blank[:10]} are blank or not text")
+        pool, hypothesis = pool_and_hypothesis(instance, name)
         spans: list[range] = []
         if self.strategy == "section":
             types = instance.get("sentence_types_in_candidate_pool")
@@ -463,61 +347,15 @@ class _Outcome:
         """Record the first failure of a task (later ones of the same task add nothing to act on)."""
         self.failures.setdefault(name, {}).setdefault(task, failure)
 
+    def settle(self, asks: list[_Ask], answered: _Round) -> None:
+        """Each question's task ends as its reply's picks or its failure."""
+        for ask in asks:
+            key = (ask.name, ask.task, ask.part)
+            if key in answered.failures:
+                self.fail(ask.name, ask.task, answered.failures[key])
+            else:
+                self.selections[ask.name][ask.task] = list(answered.picks[key])
+
 
 def _section_part(span: range) -> str:
     return f"section {span.start}-{span.stop}"
-
-
-# -- hypothesis negation (App. E.8) --------------------------------------------------------
-
-
-def negation_request(
-    custom_id: str, hypothesis: str, *, prompt: Prompt | None = None, sampling: Sampling | None = None
-) -> ChatRequest:
-    """App. E.8: the hypothesis rewritten to claim the opposite (the reply's ``HYPOTHESIS:`` line)."""
-    if not hypothesis.strip():
-        raise ValueError(f"{custom_id}: the hypothesis is blank")
-    prompt = prompt or load_prompt("negate")
-    return prompt.request(custom_id, sampling, hypothesis=one_line(hypothesis))
-
-
-def negate(
-    model: ChatModel,
-    cache: ReplyCache,
-    hypotheses: Mapping[str, str],
-    *,
-    prompt: Prompt | None = None,
-    sampling: Sampling | None = None,
-) -> tuple[dict[str, str], dict[str, ChatFailure], ChatStats]:
-    """Negate every hypothesis (instance name → text) in one :func:`cached_chat` call.
-
-    Replies are parsed by :func:`~tasks.evidencebench.llm_steps.parse_hypothesis`. A negation
-    equal to its hypothesis (up to case and whitespace) is a failure (``invalid_reply``),
-    checked after the call because a validator does not see which hypothesis it answers;
-    such a reply stays cached, so a rerun fails it again instead of paying for it again.
-    """
-    names = list(hypotheses)
-    requests = [negation_request(name, hypotheses[name], prompt=prompt, sampling=sampling) for name in names]
-    outcomes, stats = cached_chat(model, cache, requests, parse_hypothesis)
-    negations: dict[str, str] = {}
-    failures: dict[str, ChatFailure] = {}
-    for name, outcome in zip(names, outcomes, strict=True):
-        if isinstance(outcome, ChatFailure):
-            failures[name] = outcome
-        elif _normalised(outcome.value) == _normalised(hypotheses[name]):
-            failures[name] = ChatFailure(
-                custom_id=name,
-                reason="invalid_reply",
-                detail="the negated hypothesis repeats the original",
-                raw_text=outcome.text,
-                attempts=outcome.attempts,
-                prompt_tokens=outcome.prompt_tokens,
-                completion_tokens=outcome.completion_tokens,
-            )
-        else:
-            negations[name] = outcome.value
-    return negations, failures, stats
-
-
-def _normalised(text: str) -> str:
-    return " ".join(text.split()).casefold()

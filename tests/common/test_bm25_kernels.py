@@ -21,7 +21,7 @@ import pytest
 
 from bench.samples import sample_passages
 from tasks.common.search import bm25_kernels
-from tasks.common.search.embedded import EmbeddedBackend
+from tasks.common.search.embedded.backend import EmbeddedBackend
 from tasks.common.search.port import PASSAGE_SCHEMA, Hit
 from tests.conftest import SAMPLES, needs_samples
 

@@ -20,9 +20,8 @@ import pyarrow as pa
 import pytest
 from elasticsearch import Elasticsearch
 
-from tasks.common.search.elastic import (
-    ElasticsearchBackend,
-    ElasticsearchOptions,
+from tasks.common.search.elastic.backend import ElasticsearchBackend
+from tasks.common.search.elastic.dsl import (
     bm25_body,
     check_knn,
     fuzzy_body,
@@ -36,6 +35,7 @@ from tasks.common.search.elastic import (
     serving_settings,
     standard_retriever,
 )
+from tasks.common.search.elastic.options import ElasticsearchOptions
 from tasks.common.search.port import PASSAGE_SCHEMA, SearchBackend, SearchError, SearchUnavailable
 from tests.fakes.es_server import FakeElasticsearch, es_server
 
@@ -492,10 +492,8 @@ def test_server_side_vector_rejection_is_a_reported_failure(es_server: FakeElast
     client = Elasticsearch(es_server.url)
     wide = ElasticsearchBackend(client, "passages", 5, fingerprint="d" * 16, options=FAST)
     wide.add([batch([])])
-    narrow = ElasticsearchBackend.open_existing(
-        "passages", 5, fingerprint="d" * 16, client=client, options=FAST
-    )
-    narrow.dims = DIMS  # simulate a backend that believes in 4 dims
+    # a backend that believes in 4 dims, searching and loading the 5-dim index
+    narrow = ElasticsearchBackend(client, "passages", DIMS, options=FAST, _existing_index=wide.index_name)
     report = narrow.add([batch(PASSAGES[:1])])
     assert report.indexed == 0
     assert report.failed[0][0] == "p1"

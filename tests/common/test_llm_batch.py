@@ -26,8 +26,9 @@ from tasks.common.llm.port import (
     Sampling,
 )
 from tasks.common.llm.vllm_batch import DEFAULT_COMMAND, VLLMBatchChatModel
+from tests.conftest import REPO
 
-FAKE = Path(__file__).resolve().parent / "fake_vllm_run_batch.py"
+FAKE = REPO / "tests" / "fakes" / "fake_vllm_run_batch.py"
 MODEL = "qwen2.5-7b-instruct"
 SCHEMA = {"type": "object", "properties": {"echo": {"type": "string"}}, "required": ["echo"]}
 

@@ -22,7 +22,7 @@ import pytest
 
 from tasks.common.llm.cache import ChatStats, ReplyCache, StoredReply, cached_chat, request_key
 from tasks.common.llm.config import LLMConfig, chat_model, describe, grammar_field
-from tasks.common.llm.openai_chat import OpenAIChatModel, grammar_fields, merge_fields, retry_after_s
+from tasks.common.llm.openai_chat import OpenAIChatModel
 from tasks.common.llm.port import (
     ChatFailure,
     ChatModel,
@@ -33,6 +33,7 @@ from tasks.common.llm.port import (
     ReplyInvalid,
     Sampling,
 )
+from tasks.common.llm.wire import grammar_fields, merge_fields, retry_after_s
 from tests.fakes.llm_server import DEFAULT_MODEL, FakeChat, llm_server
 
 __all__ = ["llm_server"]  # the fixture, used by parameter name below

@@ -31,6 +31,7 @@ from tasks.common.translate.port import (
     TranslatorUnavailable,
     cached_translate,
 )
+from tests.conftest import REPO
 from tests.fakes.loopback import LoopbackServer, LoopbackService, QuietHandler
 
 MODEL = "translator-7b"
@@ -275,7 +276,7 @@ def test_an_unusable_chat_model_is_translator_unavailable(tmp_path: Path) -> Non
 
 
 def test_over_vllm_batch_files(tmp_path: Path) -> None:
-    fake = Path(__file__).resolve().parent / "fake_vllm_run_batch.py"
+    fake = REPO / "tests" / "fakes" / "fake_vllm_run_batch.py"
     script = tmp_path / "script.json"
     script.write_text(
         json.dumps(

@@ -16,8 +16,8 @@ from tasks.common.text.html import parse_html
 from tasks.common.text.jats import FORMULA_TOKEN, parse_jats
 from tasks.common.text.licences import normalise_licence
 from tasks.common.text.sniff import sniff
+from tests.conftest import SAMPLES
 
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples"
 JATS_DIRS = (SAMPLES / "articles", SAMPLES / "reviews")
 HTML_DIR = SAMPLES / "html"
 

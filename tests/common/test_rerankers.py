@@ -26,12 +26,12 @@ from sentence_transformers import CrossEncoder
 from irforge.config import validate_config
 from irforge.errors import ConfigError
 from tasks.common.embed.local import model_files_digest
+from tasks.common.rerank import config as reranker_config
 from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, builtin_cross_encoder_path
+from tasks.common.rerank.config import RerankerConfig, reranker_for
 from tasks.common.rerank.local import CrossEncoderReranker
 from tasks.common.rerank.port import Reranker, RerankerError, RerankerUnavailable, ScoredPairs
 from tasks.common.rerank.vllm_score import VLLMScoreReranker
-from tasks.cure.stages import pool as pool_stage
-from tasks.cure.stages.pool import PoolConfig, reranker_for
 from tests.fakes.score_server import DEFAULT_MODEL, FakeScore, fake_logit, score_server, sigmoid
 
 __all__ = ["score_server"]  # the fixture, used by parameter name below
@@ -559,25 +559,18 @@ def test_remote_url_credentials_are_not_repeated(make: Make) -> None:
 
 @pytest.fixture
 def pool_reranker(score_server: FakeScore, tmp_path: Path) -> Iterator[Callable[..., Reranker]]:
-    """``pool_reranker(**reranker_config)``: what the pool stage builds from ``reranker:`` (engine vllm)."""
+    """``pool_reranker(**settings)``: what the pool stage builds from ``reranker:`` (engine vllm)."""
 
     def build(**settings: Any) -> Reranker:
         config = validate_config(
-            PoolConfig,
-            {
-                "reranker": {
-                    "engine": "vllm",
-                    "base_url": score_server.url,
-                    "model": DEFAULT_MODEL,
-                    **settings,
-                }
-            },
-            "pool config",
+            RerankerConfig,
+            {"engine": "vllm", "base_url": score_server.url, "model": DEFAULT_MODEL, **settings},
+            "reranker config",
         )
-        return reranker_for(config.reranker, tmp_path)
+        return reranker_for(config, tmp_path)
 
     yield build
-    pool_stage._reranker.cache_clear()
+    reranker_config._reranker.cache_clear()
 
 
 def test_pool_vllm_max_length_reaches_the_server_and_changes_scores(
@@ -618,8 +611,8 @@ def test_pool_vllm_batch_size_is_pairs_per_request(
     ],
 )
 def test_pool_reranker_keys_that_cannot_act_are_refused(settings: dict[str, Any], key: str) -> None:
-    with pytest.raises(ConfigError, match=rf"pool config: reranker: .*{key} does not apply to engine"):
-        validate_config(PoolConfig, {"reranker": settings}, "pool config")
+    with pytest.raises(ConfigError, match=rf"reranker config: .*{key} does not apply to engine"):
+        validate_config(RerankerConfig, settings, "reranker config")
 
 
 # -- conformance: the same behaviour from both adapters ---------------------------------------

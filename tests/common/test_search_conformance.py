@@ -30,8 +30,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.samples import sample_passages
-from tasks.common.search import embedded
-from tasks.common.search.embedded import EmbeddedBackend, sloppy_frequency
+from tasks.common.search.embedded import phrase
+from tasks.common.search.embedded.backend import EmbeddedBackend
+from tasks.common.search.embedded.sloppy import sloppy_frequency
 from tasks.common.search.port import PASSAGE_SCHEMA, Hit, SearchBackend, SearchError, SearchUnavailable
 from tests.conftest import SAMPLES, needs_samples
 
@@ -87,9 +88,10 @@ def _elasticsearch(dims: int) -> SearchBackend:
     if not os.environ.get("ES_URL"):
         pytest.skip(f"{hint}: ES_URL is not set")
     try:
-        from tasks.common.search.elastic import ElasticsearchBackend  # the optional backend: imported late
+        # the optional backend: imported late
+        from tasks.common.search.elastic.backend import ElasticsearchBackend
     except ImportError as err:
-        pytest.skip(f"{hint}: tasks.common.search.elastic cannot be imported: {err}")
+        pytest.skip(f"{hint}: tasks.common.search.elastic.backend cannot be imported: {err}")
     try:
         backend: SearchBackend = ElasticsearchBackend.from_env(
             index_prefix=f"irforge-test-{uuid.uuid4().hex[:12]}", dims=dims
@@ -446,7 +448,7 @@ def test_embedded_index_reopens_with_identical_results(
     built.close()
     reopened = EmbeddedBackend.open(tmp_path / "index")
     assert reopened.count() == len(corpus)
-    assert isinstance(reopened._vectors, np.memmap)  # vectors are memory-mapped, not loaded
+    assert isinstance(reopened._corpus.vectors, np.memmap)  # vectors are memory-mapped, not loaded
     assert everything(reopened) == before
     with pytest.raises(SearchError, match="read-only"):
         reopened.add([batch([("new", "text", [1.0] * DIMS)])])
@@ -501,9 +503,9 @@ def test_embedded_narrowing_sloppy_candidates_changes_nothing(
     backend = load(EmbeddedBackend.create(tmp_path / "index", DIMS), corpus)
     queries = [" ".join(s.split()[1:6]) for _, s in own_sentences(corpus, 12)]
     queries += ["of the", "the of", "in the study", "patients with the", "zorblax quintor vellum"]
-    monkeypatch.setattr(embedded, "_REFINE_ABOVE", 10**9)
+    monkeypatch.setattr(phrase, "REFINE_ABOVE", 10**9)
     plain = {slop: backend.phrase(queries, slop, 1000) for slop in (1, 2, 3)}
-    monkeypatch.setattr(embedded, "_REFINE_ABOVE", 0)
+    monkeypatch.setattr(phrase, "REFINE_ABOVE", 0)
     assert {slop: backend.phrase(queries, slop, 1000) for slop in (1, 2, 3)} == plain
     assert sum(len(h) for h in plain[2]) > 0
 

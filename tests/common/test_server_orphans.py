@@ -22,10 +22,10 @@ from tasks.common.llm.config import LLMConfig, chat_model, close_local_servers
 from tasks.common.llm.llama_server import LlamaServer
 from tasks.common.llm.server_process import ServerRecord, guarded_argv, process_start, spawn
 from tests.common.test_llama_server import gemma, model_link, needs_gemma, needs_llama, processes_mentioning
+from tests.conftest import REPO
 
 __all__ = ["gemma", "model_link"]  # fixtures
 
-REPO = Path(__file__).resolve().parents[2]
 
 # Starts a server from a worker thread that then ends (as a stage thread does), says so, waits.
 OWNER = """

@@ -25,12 +25,8 @@ import pytest
 
 from irforge.errors import ConfigError, IrforgeError
 from irforge.fingerprint import canonical_json
-from tasks.common.translate.deepl import (
-    DEFAULT_REQUEST_BYTES,
-    MAX_REQUEST_BYTES,
-    DeepLTranslator,
-    json_size_of,
-)
+from tasks.common.translate.deepl import DeepLTranslator
+from tasks.common.translate.deepl_requests import DEFAULT_REQUEST_BYTES, MAX_REQUEST_BYTES, json_size_of
 from tasks.common.translate.port import (
     AuthorizationFailed,
     CacheStats,

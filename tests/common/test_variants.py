@@ -11,7 +11,6 @@ import random
 import string
 import unicodedata
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +18,7 @@ from hypothesis import strategies as st
 from lxml import etree
 from rapidfuzz.distance import Levenshtein
 
-from tasks.common.text import variants
+from tasks.common.text import variant_grams
 from tasks.common.text.variants import (
     Containment,
     SimilarPair,
@@ -31,8 +30,8 @@ from tasks.common.text.variants import (
     similar_pairs,
     similar_pairs_exhaustive,
 )
+from tests.conftest import SAMPLES
 
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples"
 needs_samples = pytest.mark.skipif(
     not SAMPLES.is_dir(),
     reason=f"the shared sample articles are not at {SAMPLES} (they live beside the checkout)",
@@ -109,7 +108,7 @@ def _always_filter() -> Iterator[None]:
     # Small inputs are scored exhaustively by design (cheaper than the filters); these
     # tests are about the filters, so they run them whatever the input size.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(variants, "_SMALL_PAIRS", -1)
+        patch.setattr(variant_grams, "SMALL_PAIRS", -1)
         yield
 
 
@@ -201,7 +200,7 @@ def test_planted_variants_of_real_paragraphs_cluster_exactly() -> None:
     planted = [frozenset(where[i] for i in g) for g in planted]
 
     pairs = similar_pairs(texts, 0.9)
-    assert variants.STATS["pivots"] > 0  # the filtered path ran, not only the brute-force one
+    assert variant_grams.STATS["pivots"] > 0  # the filtered path ran, not only the brute-force one
     assert pairs == similar_pairs_exhaustive(texts, 0.9)
     groups = label_groups(clusters(len(texts), pairs))
     expected = set(planted) | {frozenset([i]) for i in range(len(texts)) if not any(i in g for g in planted)}
@@ -333,30 +332,30 @@ def test_oracle_equality_on_mutated_real_paragraphs(threshold: float) -> None:
 def test_join_and_its_brute_force_fallback_agree_with_the_oracle(
     mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # "scan_limit": _FALLBACK 0 makes the join give up at once (brute force over the
+    # "scan_limit": FALLBACK 0 makes the join give up at once (brute force over the
     # length band); "too_long_to_pack": texts longer than the packed index entries can
     # address go to brute force too. "join" never gives up. All must give the oracle's answer.
-    monkeypatch.setattr(variants, "_FALLBACK", 0.0 if mode == "scan_limit" else 1e9)
+    monkeypatch.setattr(variant_grams, "FALLBACK", 0.0 if mode == "scan_limit" else 1e9)
     if mode == "too_long_to_pack":
-        monkeypatch.setattr(variants, "_JOIN_MAX_CHARS", 300)
+        monkeypatch.setattr(variant_grams, "JOIN_MAX_CHARS", 300)
     rng = random.Random(7)
     paragraphs = real_paragraphs(min_chars=80, max_chars=600)
     texts = [typo(p, rng, rng.randint(0, 6)) for p in rng.sample(paragraphs, 40) for _ in range(2)]
     assert max(map(len, texts)) > 300
     assert similar_pairs(texts, 0.85) == similar_pairs_exhaustive(texts, 0.85)
-    assert variants.STATS["pivots"] > 0
-    assert ("brute_force_texts" in variants.STATS) == (mode != "join")
+    assert variant_grams.STATS["pivots"] > 0
+    assert ("brute_force_texts" in variant_grams.STATS) == (mode != "join")
 
 
 @needs_samples
 def test_small_inputs_are_scored_exhaustively_with_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(variants, "_SMALL_PAIRS", 100_000)  # the shipped default
+    monkeypatch.setattr(variant_grams, "SMALL_PAIRS", 100_000)  # the shipped default
     rng = random.Random(3)
     texts = [
         typo(p, rng, rng.randint(0, 4)) for p in rng.sample(real_paragraphs(min_chars=80, max_chars=600), 30)
     ]
     texts += texts[:5]
     assert similar_pairs(texts, 0.9) == similar_pairs_exhaustive(texts, 0.9)
-    assert variants.STATS["brute_force_texts"] > 0 and "pivots" not in variants.STATS
+    assert variant_grams.STATS["brute_force_texts"] > 0 and "pivots" not in variant_grams.STATS
     assert containments(texts, 0.95) == containments_exhaustive(texts, 0.95)
-    assert "pivots" not in variants.STATS
+    assert "pivots" not in variant_grams.STATS

@@ -29,8 +29,8 @@ from irforge.artifacts import ArtifactStore
 from irforge.engine import StageOutcome
 from irforge.pipeline import Selection, execute_step, select_steps
 from tasks.common.llm.port import ReplyInvalid
-from tasks.cure.stages.judge import validate_judgement
-from tasks.cure.stages.pool import PoolCutoff, pool_view
+from tasks.cure.judgement import validate_judgement
+from tasks.cure.stages.pool import PoolCutoff, pool_view, stored_floor
 from tests.conftest import REPO, fake_key
 from tests.fakes.fake_hub import HUB_TOKEN, FakeHub
 from tests.fakes.llm_server import DEFAULT_MODEL, FakeChat, last_user_text
@@ -163,6 +163,15 @@ def test_pool_view_applies_the_cutoff_at_read_time(run: Any) -> None:
     assert max(counts.values()) <= 2
     with pytest.raises(Exception, match="store_floor"):
         pool_view(pool, PoolCutoff(threshold=0.01))
+    floor = stored_floor(pool)
+    assert floor is not None
+    logit_floor = stored_floor(pool, "logit")
+    assert logit_floor == pytest.approx(math.log(floor / (1 - floor)))
+    # a logit cut-off is checked against the floor too, on its own scale
+    with pytest.raises(Exception, match="store_floor"):
+        pool_view(pool, PoolCutoff(threshold=logit_floor - 0.5, scale="logit"))
+    at_floor = pool_view(pool, PoolCutoff(threshold=floor))
+    assert pool_view(pool, PoolCutoff(threshold=logit_floor, scale="logit")).num_rows == at_floor.num_rows
 
 
 def test_every_pooled_pair_is_judged_or_quarantined_with_a_reason(run: Any) -> None:

@@ -392,7 +392,7 @@ def test_bad_input_is_refused_naming_the_row(tmp_path: Path, changes: dict[str, 
 def test_a_failure_while_writing_leaves_nothing_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tasks.common.release import layout
+    from tasks.cure.dataset import layout
 
     folder = tmp_path / "release"
     first = write(folder)

@@ -29,11 +29,16 @@ import yaml
 from irforge.artifacts import Artifact, ArtifactStore
 from irforge.config import ExecutionConfig, StrictModel
 from irforge.engine import StageOutcome, StagePlan, run_stage
+from irforge.fingerprint import canonical_json, fingerprint_view
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema
+from tasks.common.embed.config import EncoderConfig
 from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path
+from tasks.cure.dataset.schema import LANGUAGES
+from tasks.cure.stages import embed as embed_stage
 from tasks.cure.stages import evaluate as evaluate_stage
 from tasks.cure.stages import release as release_stage
-from tasks.cure.stages.embed import EmbedConfig, EncoderConfig
+from tasks.cure.stages import translate as translate_stage
+from tasks.cure.stages.embed import EmbedConfig
 from tasks.cure.stages.evaluate import EvaluateConfig
 from tasks.cure.stages.release import ReleaseConfig
 
@@ -126,8 +131,10 @@ class Handmade(StrictModel):
     what: str = "handmade"
 
 
-def _publish(root: Path, name: str, config: StrictModel, rows: list[dict[str, Any]], key: str) -> Artifact:
-    """Publish ``rows`` as stage ``name`` with ``config`` through the engine (an upstream artifact)."""
+def _publish(
+    root: Path, name: str, config: StrictModel, rows: list[dict[str, Any]], key: str, **tables: pa.Table
+) -> Artifact:
+    """Publish ``rows`` (and side ``tables``) as stage ``name`` with ``config`` through the engine."""
     kept = pa.Table.from_pylist(rows)
     excluded = pa.Table.from_pylist([], exclusion_schema(kept.schema.field(key)))
     spec: StageSpec[Any] = StageSpec(
@@ -139,7 +146,8 @@ def _publish(root: Path, name: str, config: StrictModel, rows: list[dict[str, An
         excluded_schema=excluded.schema,
         key=(key,),
         source=lambda _ctx, _inputs: TableSource(kept.select([key])),
-        process=lambda _chunk, _ctx: ChunkResult(kept, excluded),
+        process=lambda _chunk, _ctx: ChunkResult(kept, excluded, tables),
+        tables={n: t.schema for n, t in tables.items()},
         whole_input=True,
     )
     return run_stage(
@@ -172,18 +180,24 @@ def stages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, StageOutcome]:
         {"query_id": q, "passage_id": p, "domain": QUERIES[q][0], "score": s, "llm_score": s}
         for q, p, s in QRELS
     ]
+    languages = pa.table({"languages": [list(LANGUAGES)]}, schema=translate_stage.INFO_SCHEMA)
     upstream = {
         "corpus": _publish(root, "corpus", Handmade(), corpus, "passage_id"),
-        "translate": _publish(root, "translate", Handmade(), translations, "query_id"),
+        "translate": _publish(
+            root, "translate", Handmade(), translations, "query_id", translate_info=languages
+        ),
         "qrels": _publish(root, "qrels", Handmade(), qrels, "query_id"),
     }
     release = _run(root, release_stage.SPEC, ReleaseConfig(name=NAME), upstream)
+    encoder = EncoderConfig(model=BUILTIN_MINILM)
+    settings = {
+        "settings": canonical_json(fingerprint_view(encoder)),
+        "model_id": "all-MiniLM-L6-v2",
+        "dims": 384,
+    }
+    info = pa.Table.from_pylist([settings], schema=embed_stage.ENCODER_SCHEMA)
     embed = _publish(
-        root,
-        "embed",
-        EmbedConfig(encoder=EncoderConfig(model=BUILTIN_MINILM)),
-        [{"passage_id": "x"}],
-        "passage_id",
+        root, "embed", EmbedConfig(encoder=encoder), [{"passage_id": "x"}], "passage_id", encoder=info
     )
     evaluate = _run(
         root,

@@ -16,8 +16,8 @@ import pytest
 
 from irforge import artifacts
 from irforge.artifacts import MANIFEST, ArtifactStore, exchange_dirs
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 FLOW, STAGE, FP = "toy", "numbers", "0123456789abcdef"
 
 # A separate process resolves and reads the artifact until told to stop, then prints its counts.

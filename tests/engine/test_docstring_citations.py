@@ -11,7 +11,8 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO as ROOT
+
 FOLDERS = ("irforge", "flows", "tasks", "bench", "scripts", "infra")
 SUFFIXES = (".py", ".sh", ".yaml", ".yml")
 # ``reference/`` only at the start of a path: ``https://…/docs/reference/…`` is a URL.

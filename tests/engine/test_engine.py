@@ -19,6 +19,7 @@ from irforge.errors import AccountingError, IrforgeError
 from irforge.pipeline import Selection
 from irforge.stage import ChunkResult, StageSpec
 from irforge.status import flow_status
+from tests.conftest import REPO
 from tests.engine.toy_pipeline import (
     NUMBERS,
     TOY,
@@ -28,8 +29,6 @@ from tests.engine.toy_pipeline import (
     ToyStages,
     run_toy,
 )
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def config(count: int = 100, limit: int = 5000, log: Path | None = None) -> ToyConfig:

@@ -29,17 +29,17 @@ import pytest
 import yaml
 
 from flows.registry import PIPELINES
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PREFECT_FILE = REPO / "infra" / "prefect.yaml"
-DEPLOYMENT = "cure/cure-weekly"
+DEPLOYMENT = "irforge/cure-weekly"  # <flow>/<deployment>: every deployment runs the one flow
 STAGES = ["ingest", "parse", "segment", "filter"]  # `until: filter`: no model, no LLM
 
 
 def test_deployments_name_flows_that_exist() -> None:
-    """Each entrypoint in infra/prefect.yaml is a ``@flow`` in its file, registered in
-    flows/registry.py under the name the deployment is known by (flow/deployment)."""
+    """Each entrypoint in infra/prefect.yaml is the ``@flow`` of its file that takes the
+    parameters the deployment sets, and its ``flow`` parameter is in flows/registry.py."""
     spec = yaml.safe_load(PREFECT_FILE.read_text(encoding="utf-8"))
     assert spec["deployments"]
     for deployment in spec["deployments"]:
@@ -51,7 +51,9 @@ def test_deployments_name_flows_that_exist() -> None:
             if isinstance(node, ast.FunctionDef) and _flow_name(node) is not None
         }
         assert func in flows, f"{deployment['name']}: {path} has no @flow {func} (flows: {sorted(flows)})"
-        assert flows[func] in PIPELINES, f"{deployment['name']}: flow {flows[func]!r} is not in the registry"
+        assert flows[func] == DEPLOYMENT.split("/", maxsplit=1)[0]
+        flow = deployment["parameters"]["flow"]
+        assert flow in PIPELINES, f"{deployment['name']}: flow {flow!r} is not in the registry"
         assert set(deployment["parameters"]) <= _flow_parameters(tree, func)
 
 
@@ -282,7 +284,7 @@ def test_schedule_fires_on_a_real_server(server: Server, tmp_path: Path) -> None
     worker = _start(["bash", str(REPO / "infra" / "worker.sh")], worker_env, worker_log)
     try:
         deployment = client.get(f"/deployments/name/{DEPLOYMENT}").json()
-        assert deployment["parameters"] == {"config": "flows/configs/cure.yaml"}
+        assert deployment["parameters"] == {"flow": "cure", "config": "flows/configs/cure.yaml"}
         # One more schedule, 15 s ahead (the next CLI call may take seconds under load), with
         # parameters of its own (README step 5).
         anchor = (datetime.now(UTC) + timedelta(seconds=15)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -314,7 +316,8 @@ def test_schedule_fires_on_a_real_server(server: Server, tmp_path: Path) -> None
     finally:
         _stop(worker)
 
-    assert run["parameters"] == {"config": "flows/configs/cure.yaml", "until": "filter"}
+    assert run["parameters"] == {"flow": "cure", "config": "flows/configs/cure.yaml", "until": "filter"}
+    assert run["name"].startswith("cure-"), run["name"]
     scheduled, direct = _artifact_files(scheduled_root), _artifact_files(direct_root)
     assert {k.split("/")[0] for k in scheduled} == set(STAGES)
     assert scheduled.keys() == direct.keys()  # same stages, same fingerprints, same files
@@ -325,4 +328,5 @@ def test_schedule_fires_on_a_real_server(server: Server, tmp_path: Path) -> None
     direct_runs = {"flow_runs": {"deployment_id": {"is_null_": True}}, "sort": "START_TIME_DESC", "limit": 1}
     latest = client.post("/flow_runs/filter", json=direct_runs).json()[0]
     _check_published(client, latest["id"], "reused", direct_root)
+    assert latest["name"].startswith("cure-"), latest["name"]
     _run([prefect, "flow-run", "ls"], env)

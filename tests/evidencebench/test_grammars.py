@@ -36,7 +36,7 @@ from tasks.evidencebench.grammars import (
     refine_grammar_for,
     selection_grammar,
 )
-from tasks.evidencebench.llm_steps import (
+from tasks.evidencebench.parsers import (
     MAX_HYPOTHESIS_CHARS,
     parse_aspects,
     parse_hypothesis,

@@ -20,18 +20,16 @@ from tasks.common.llm.cache import ReplyCache
 from tasks.common.llm.openai_chat import OpenAIChatModel
 from tasks.common.llm.port import ReplyInvalid
 from tasks.evidencebench.baselines import evaluate, negated_set, task_sizes
-from tasks.evidencebench.llm_retrieval import (
+from tasks.evidencebench.llm_retrieval import LLMRetriever, RetrievalFailed
+from tasks.evidencebench.llm_steps import load_prompt
+from tasks.evidencebench.negation import negate, negation_request
+from tasks.evidencebench.retrieval_format import (
     FOCUS,
-    LLMRetriever,
-    RetrievalFailed,
     RetrievalValidator,
-    negate,
-    negation_request,
     parse_retrieval,
     render_pool_elements,
     sections,
 )
-from tasks.evidencebench.llm_steps import load_prompt
 from tasks.evidencebench.selection import TASK_K, AspectGroup, Task, task_recall
 from tests.conftest import SAMPLES
 from tests.fakes.llm_server import DEFAULT_MODEL, FakeChat, RecordedRequest

@@ -30,20 +30,22 @@ from tasks.evidencebench.alignment import (
 )
 from tasks.evidencebench.llm_steps import (
     PLACEHOLDERS,
-    SUITABLE,
     aspects_request,
     decompose_request,
-    labels_validator,
     load_prompt,
+    recover_hypothesis_request,
+    refine_request,
+    suitability_request,
+    trim_hypothesis_request,
+)
+from tasks.evidencebench.parsers import (
+    SUITABLE,
+    labels_validator,
     parse_aspects,
     parse_hypothesis,
     parse_leak_check,
     parse_suitability,
-    recover_hypothesis_request,
-    refine_request,
     refine_validator,
-    suitability_request,
-    trim_hypothesis_request,
 )
 from tests.fakes.llm_server import DEFAULT_MODEL, FakeChat, last_user_text
 
@@ -66,7 +68,7 @@ def content(request: ChatRequest) -> str:
 @pytest.mark.parametrize("step", sorted(PLACEHOLDERS))
 def test_every_prompt_file_loads_with_exactly_its_placeholders_and_loses_its_header(step: Any) -> None:
     prompt = load_prompt(step)
-    assert prompt.path.name == f"evidence_{step}.md"
+    assert (prompt.path.parent.name, prompt.path.name) == ("evidencebench", f"{step}.md")
     assert set(prompt.template.get_identifiers()) == PLACEHOLDERS[step]
     values = {name: f"<{name.upper()}>" for name in PLACEHOLDERS[step]}
     text = prompt.render(**values)

@@ -19,13 +19,8 @@ from tasks.common.llm.config import LLMConfig, chat_model, close_local_servers
 from tasks.common.llm.port import ChatFailure, ChatModel, ChatReply, Sampling
 from tasks.evidencebench.alignment import align
 from tasks.evidencebench.grammars import aspects_grammar, choice_grammar, labels_grammar
-from tasks.evidencebench.llm_steps import (
-    aspects_request,
-    decompose_request,
-    labels_validator,
-    parse_aspects,
-    parse_leak_check,
-)
+from tasks.evidencebench.llm_steps import aspects_request, decompose_request
+from tasks.evidencebench.parsers import labels_validator, parse_aspects, parse_leak_check
 from tests.common.test_llama_server import needs_gemma, needs_llama
 from tests.conftest import REPO
 

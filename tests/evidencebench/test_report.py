@@ -1,7 +1,7 @@
 """The run report of an ``evidencebench`` run: its own sections, not CURE's.
 
-Both flows have a stage named ``evaluate`` with different tables, so the report picks its
-sections by flow. Handmade ``select`` / ``evaluate`` / ``export`` artifacts (the schemas those
+Both flows have a stage named ``evaluate`` with different tables, so each flow hands the
+report its own sections (``tasks/evidencebench/report.py``, through ``flows/registry.py``). Handmade ``select`` / ``evaluate`` / ``export`` artifacts (the schemas those
 stages write) are published through the real engine with the helpers of
 :mod:`tests.common.test_report`, and the page is checked with lxml.
 """
@@ -9,6 +9,7 @@ stages write) are published through the real engine with the helpers of
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +17,19 @@ import pyarrow as pa
 import pytest
 from lxml import html as lxml_html
 
+from flows.registry import get_pipeline
 from irforge.artifacts import Artifact
 from irforge.engine import StageOutcome
-from tasks.common.report.data import load_report
+from tasks.common.report.data import RunReport, load_report
 from tasks.common.report.html import render_report, write_report
 from tasks.evidencebench.stages import evaluate as eb_evaluate
 from tasks.evidencebench.stages import export as eb_export
 from tasks.evidencebench.stages import select as eb_select
-from tests.common.test_report import MISSING_FP, _publish, _record
+from tests.common.test_report import MISSING_FP, publish, record_run, stored_run
 
 FLOW = "evidencebench"
+SECTIONS = get_pipeline(FLOW).report_sections
+_publish = partial(publish, flow=FLOW)
 RUN_ID = "20261123T080000000000Z"
 TASKS = ("ER@optimal", "ER@10", "Result-ER@optimal", "Result-ER@5")
 SYSTEMS = ("oracle", "bm25", "llm:default")
@@ -129,53 +133,43 @@ def _export_tables() -> tuple[pa.Table, dict[str, pa.Table]]:
     return kept, {"files": files}
 
 
+def _after(*upstream: StageOutcome) -> dict[str, str]:
+    return {o.artifact.stage: o.artifact.fingerprint for o in upstream}
+
+
 def build_run(root: Path) -> dict[str, StageOutcome]:
-    harvest = _publish(root, "harvest", pa.table({"unit_id": list(INSTANCES)}), ("unit_id",), flow=FLOW)
-    select = _publish(
-        root,
-        "select",
-        _select_table(),
-        ("unit_id",),
-        excluded=[{"unit_id": "i4", "reason": "low_coverage", "detail": "1 of 4 aspects covered"}],
-        upstream={"harvest": harvest.artifact.fingerprint},
-        flow=FLOW,
-    )
-    eval_rows, eval_tables = _evaluate_tables()
-    evaluate = _publish(
-        root,
-        "evaluate",
-        eval_rows,
-        ("system", "task"),
-        tables=eval_tables,
-        upstream={"select": select.artifact.fingerprint},
-        flow=FLOW,
-    )
-    export_rows, export_tables = _export_tables()
+    harvest = _publish(root, "harvest", pa.table({"unit_id": list(INSTANCES)}), ("unit_id",))
+    low = [{"unit_id": "i4", "reason": "low_coverage", "detail": "1 of 4 aspects covered"}]
+    select = _publish(root, "select", _select_table(), ("unit_id",), excluded=low, upstream=_after(harvest))
+    rows, tables = _evaluate_tables()
+    evaluate = _publish(root, "evaluate", rows, ("system", "task"), tables=tables, upstream=_after(select))
+    rows, tables = _export_tables()
     export = _publish(
         root,
         "export",
-        export_rows,
+        rows,
         ("instance_id",),
-        tables=export_tables,
+        tables=tables,
         files=RELEASE_FILES,
-        upstream={"select": select.artifact.fingerprint, "harvest": harvest.artifact.fingerprint},
-        flow=FLOW,
+        upstream=_after(select, harvest),
     )
     outcomes = {"harvest": harvest, "select": select, "evaluate": evaluate, "export": export}
-    _record(root, RUN_ID, "2026-11-23T08:00:00+00:00", outcomes, flow=FLOW)
+    record_run(root, RUN_ID, "2026-11-23T08:00:00+00:00", outcomes, flow=FLOW)
     return outcomes
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("artifacts")
-    build_run(root)
-    return root
+    return stored_run(tmp_path_factory, build_run)
 
 
 @pytest.fixture(scope="module")
 def page(store: Path) -> Any:
-    return lxml_html.fromstring(write_report(store, FLOW).read_text(encoding="utf-8"))
+    return lxml_html.fromstring(write_report(store, FLOW, sections=SECTIONS).read_text(encoding="utf-8"))
+
+
+def _load(root: Path, run_id: str | None = None) -> RunReport:
+    return load_report(root, FLOW, run_id, sections=SECTIONS)
 
 
 def _cells(row: Any) -> list[str]:
@@ -187,33 +181,18 @@ def _rows(page: Any, table_class: str) -> list[list[str]]:
 
 
 def test_sections_are_the_flows_own(store: Path, page: Any) -> None:
-    report = load_report(store, FLOW)
+    report = _load(store)
     assert report.section_problems == {}
-    assert report.evaluate is None and report.pool is None and report.release is None  # CURE's: not loaded
-    assert report.instances is not None and report.recall is not None and report.export is not None
-    assert [a.text_content() for a in page.xpath("//nav/a")] == [
-        "Stages",
-        "Timings",
-        "Instances",
-        "Evidence retrieval (ER@K)",
-        "Export",
-        "Stage details",
-    ]
-    assert [h.text_content() for h in page.xpath("//h2")] == [
-        "Stages",
-        "Timings",
-        "Instances",
-        "Evidence retrieval (ER@K)",
-        "Export",
-        "Stage details",
-    ]
+    assert set(report.data) == {"instances", "recall", "export"}  # CURE's sections: not loaded
+    titles = ["Stages", "Timings", "Instances", "Evidence retrieval (ER@K)", "Export", "Stage details"]
+    assert [a.text_content() for a in page.xpath("//nav/a")] == titles
+    assert [h.text_content() for h in page.xpath("//h2")] == titles
     assert "could not be built" not in page.text_content()
     assert not page.xpath("//p[@class='problem']")
 
 
 def test_instances_match_the_select_artifact(store: Path, page: Any) -> None:
-    instances = load_report(store, FLOW).instances
-    assert instances is not None
+    instances = _load(store).data["instances"]
     assert instances.instances == len(INSTANCES)
     assert instances.mean_aspects == 4.0
     assert instances.mean_covered_aspects == pytest.approx(11 / 3)
@@ -257,8 +236,7 @@ def test_er_at_k_table_and_chart(page: Any) -> None:
 
 
 def test_export_lists_the_release_files(store: Path, page: Any) -> None:
-    export = load_report(store, FLOW).export
-    assert export is not None
+    export = _load(store).data["export"]
     assert (
         export.release_dir_exists and (export.release_dir / "data" / "test.parquet").read_bytes() == b"PAR1"
     )
@@ -277,21 +255,20 @@ def test_missing_artifact_and_unknown_flow(tmp_path: Path) -> None:
     eb = tmp_path / "eb"
     outcomes = build_run(eb)
     gone = StageOutcome(Artifact(eb / FLOW / "select" / MISSING_FP), "computed", 0.1)
-    _record(eb, "later", "2026-11-23T09:00:00+00:00", {**outcomes, "select": gone}, flow=FLOW)
-    report = load_report(eb, FLOW)
-    assert report.run_id == "later" and report.instances is None and report.recall is not None
+    record_run(eb, "later", "2026-11-23T09:00:00+00:00", {**outcomes, "select": gone}, flow=FLOW)
+    report = _load(eb)
+    assert report.run_id == "later" and "instances" not in report.data and "recall" in report.data
     page = lxml_html.fromstring(render_report(report))
     (problem,) = page.xpath("//section[@id='instances']//p[@class='problem']")
     assert "artifact missing" in problem.text_content()
 
-    # A flow the report does not know: its ``evaluate`` is not read as CURE's (nor as ours).
+    # A flow without sections of its own: its ``evaluate`` is not read as CURE's (nor as ours).
     other = tmp_path / "other"
     rows, tables = _evaluate_tables()
-    evaluate = _publish(other, "evaluate", rows, ("system", "task"), tables=tables, flow="someflow")
-    _record(other, RUN_ID, "2026-11-23T08:00:00+00:00", {"evaluate": evaluate}, flow="someflow")
-    report = load_report(other, "someflow")
-    assert report.sections == () and report.section_problems == {}
-    assert report.evaluate is None and report.recall is None
+    evaluate = publish(other, "evaluate", rows, ("system", "task"), tables=tables, flow="someflow")
+    record_run(other, RUN_ID, "2026-11-23T08:00:00+00:00", {"evaluate": evaluate}, flow="someflow")
+    report = load_report(other, "someflow", sections=())
+    assert report.sections == () and report.section_problems == {} and report.data == {}
     page = lxml_html.fromstring(render_report(report))
     assert [a.text_content() for a in page.xpath("//nav/a")] == ["Stages", "Timings", "Stage details"]
     assert page.xpath("//details[@id='stage-evaluate']")

@@ -26,10 +26,8 @@ It serves 127.0.0.1 only, on an ephemeral port, from a thread; the fixture stops
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import socket
 import threading
 import urllib.parse
 import uuid
@@ -39,7 +37,16 @@ from typing import Any, Literal
 
 import pytest
 
-from tests.fakes.loopback import LoopbackServer, LoopbackService, QuietHandler
+from tests.fakes.loopback import (
+    MALFORMED,
+    FaultQueue,
+    LoopbackServer,
+    QuietHandler,
+    RecordingService,
+    Reply,
+    answer_of,
+    presented_auth,
+)
 
 Fault = Literal[413, 429, 456, 500, 503, "drop", "hang"]
 
@@ -71,14 +78,6 @@ class RecordedRequest:
 
 
 @dataclass
-class _Fault:
-    fault: Fault
-    times: int
-    after: int
-    path: str | None
-
-
-@dataclass
 class _Glossary:
     glossary_id: str
     name: str
@@ -96,13 +95,6 @@ class _Glossary:
         }
 
 
-class _Reply(Exception):
-    def __init__(self, status: int, payload: Any = None) -> None:
-        super().__init__(status)
-        self.status = status
-        self.payload = payload
-
-
 def _parse_entries(entries: str, fmt: str) -> dict[str, str]:
     sep = "\t" if fmt == "tsv" else ","
     out: dict[str, str] = {}
@@ -111,12 +103,12 @@ def _parse_entries(entries: str, fmt: str) -> dict[str, str]:
             continue
         parts = line.split(sep)
         if len(parts) < 2 or not parts[0].strip() or not parts[1].strip():
-            raise _Reply(400, {"message": f"Invalid glossary entry line: {line!r}"})
+            raise Reply(400, {"message": f"Invalid glossary entry line: {line!r}"})
         out[parts[0].strip()] = parts[1].strip()
     return out
 
 
-class FakeDeepL(LoopbackService):
+class FakeDeepL(RecordingService[RecordedRequest]):
     """The server's state and controls; ``url`` is the base to give ``DeepLClient``."""
 
     thread_name = "fake-deepl"
@@ -130,16 +122,15 @@ class FakeDeepL(LoopbackService):
         max_request_bytes: int = MAX_REQUEST_BYTES,
         hang_s: float = 30.0,
     ) -> None:
+        super().__init__()
         self.auth_key = auth_key
         self.character_limit = character_limit
         self.character_count = 0
         self.max_texts = max_texts
         self.max_request_bytes = max_request_bytes
         self.hang_s = hang_s
-        self._released = threading.Event()  # set on stop: held ("hang") connections are let go
         self.glossaries: dict[str, _Glossary] = {}
-        self._faults: list[_Fault] = []
-        self._requests: list[RecordedRequest] = []
+        self._faults = FaultQueue[Fault]()
         self._lock = threading.Lock()
         self._listen(_Server, _Handler)
 
@@ -151,13 +142,7 @@ class FakeDeepL(LoopbackService):
         """The next ``times`` requests to ``path`` (any path if None), after ``after`` requests
         to it that are served normally, answer with ``fault`` (an HTTP status, or ``"drop"``:
         the connection is closed without an answer). Faults queue in the order injected."""
-        with self._lock:
-            self._faults.append(_Fault(fault, times, after, path))
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
+        self._faults.add(fault, times, after, path)
 
     def requests_to(self, path: str, method: str | None = None) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path == path and (method is None or r.method == method)]
@@ -166,40 +151,14 @@ class FakeDeepL(LoopbackService):
         """``/v2/translate`` requests that were answered 200 (i.e. paid for)."""
         return [r for r in self.requests_to("/v2/translate") if r.status == 200]
 
-    def clear(self) -> None:
-        with self._lock:
-            self._requests.clear()
-
-    def stop(self) -> None:
-        self._released.set()
-        super().stop()
-
     # -- request handling (called from the handler threads) ---------------------------
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _take_fault(self, path: str) -> Fault | None:
-        with self._lock:
-            for f in self._faults:
-                if f.path is not None and f.path != path:
-                    continue
-                if f.after > 0:
-                    f.after -= 1
-                    return None
-                f.times -= 1
-                if f.times <= 0:
-                    self._faults.remove(f)
-                return f.fault
-            return None
 
     def _route(
         self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], body: Any
     ) -> Any:
-        presented = headers.get("authorization", "")
-        if presented != f"DeepL-Auth-Key {self.auth_key}":
-            raise _Reply(403, {"message": f"Forbidden: invalid authorization {presented!r}"})
+        presented = presented_auth(headers, f"DeepL-Auth-Key {self.auth_key}")
+        if presented is not None:
+            raise Reply(403, {"message": f"Forbidden: invalid authorization {presented!r}"})
         if method == "POST" and path == "/v2/translate":
             return self._translate(body)
         if method == "GET" and path == "/v2/usage":
@@ -219,12 +178,12 @@ class FakeDeepL(LoopbackService):
             with self._lock:
                 glossary = self.glossaries.get(match.group(1))
             if glossary is None:
-                raise _Reply(404, {"message": "Glossary not found"})
+                raise Reply(404, {"message": "Glossary not found"})
             if match.group(2) and method == "GET":
                 pair = (query.get("source_lang", [""])[0].upper(), query.get("target_lang", [""])[0].upper())
                 entries = glossary.dictionaries.get(pair)
                 if entries is None:
-                    raise _Reply(404, {"message": "Dictionary not found"})
+                    raise Reply(404, {"message": "Dictionary not found"})
                 tsv = "\n".join(f"{s}\t{t}" for s, t in entries.items())
                 return {
                     "dictionaries": [
@@ -241,51 +200,51 @@ class FakeDeepL(LoopbackService):
             if not match.group(2) and method == "DELETE":
                 with self._lock:
                     del self.glossaries[glossary.glossary_id]
-                raise _Reply(204)
-        raise _Reply(404, {"message": f"Not found: {method} {path}"})
+                raise Reply(204)
+        raise Reply(404, {"message": f"Not found: {method} {path}"})
 
     def _translate(self, body: Any) -> Any:
         if not isinstance(body, dict):
-            raise _Reply(400, {"message": "Invalid request body"})
+            raise Reply(400, {"message": "Invalid request body"})
         texts = body.get("text")
         if isinstance(texts, str):
             texts = [texts]
         if not texts or not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-            raise _Reply(400, {"message": "Parameter 'text' not specified."})
+            raise Reply(400, {"message": "Parameter 'text' not specified."})
         if len(texts) > self.max_texts:
-            raise _Reply(413, {"message": f"Too many texts: at most {self.max_texts} per request"})
+            raise Reply(413, {"message": f"Too many texts: at most {self.max_texts} per request"})
         target = str(body.get("target_lang", "")).upper()
         if target not in TARGETS:
-            raise _Reply(400, {"message": "Value for 'target_lang' not supported."})
+            raise Reply(400, {"message": "Value for 'target_lang' not supported."})
         source = str(body["source_lang"]).upper() if body.get("source_lang") else None
         if source is not None and source not in SOURCES:
-            raise _Reply(400, {"message": "Value for 'source_lang' not supported."})
+            raise Reply(400, {"message": "Value for 'source_lang' not supported."})
         formality = body.get("formality")
         if formality is not None:
             if formality not in FORMALITIES:
-                raise _Reply(400, {"message": "Value for 'formality' not supported."})
+                raise Reply(400, {"message": "Value for 'formality' not supported."})
             if formality in ("less", "more") and target not in FORMALITY_TARGETS:
-                raise _Reply(400, {"message": "'formality' is not supported for given 'target_lang'."})
+                raise Reply(400, {"message": "'formality' is not supported for given 'target_lang'."})
         model_type = body.get("model_type")
         if model_type is not None and model_type not in MODEL_TYPES:
-            raise _Reply(400, {"message": "Value for 'model_type' not supported."})
+            raise Reply(400, {"message": "Value for 'model_type' not supported."})
         entries: dict[str, str] = {}
         glossary_id = body.get("glossary_id")
         if glossary_id is not None:
             if source is None:
-                raise _Reply(400, {"message": "Use of a glossary requires the 'source_lang' parameter."})
+                raise Reply(400, {"message": "Use of a glossary requires the 'source_lang' parameter."})
             with self._lock:
                 glossary = self.glossaries.get(str(glossary_id))
             if glossary is None:
-                raise _Reply(404, {"message": "Glossary not found"})
+                raise Reply(404, {"message": "Glossary not found"})
             found = glossary.dictionaries.get((source, target.split("-")[0]))
             if found is None:
-                raise _Reply(400, {"message": "No dictionary for this language pair in the glossary"})
+                raise Reply(400, {"message": "No dictionary for this language pair in the glossary"})
             entries = found
         billed = [len(t) for t in texts]
         with self._lock:
             if self.character_limit is not None and self.character_count + sum(billed) > self.character_limit:
-                raise _Reply(456, {"message": "Quota Exceeded"})
+                raise Reply(456, {"message": "Quota Exceeded"})
             self.character_count += sum(billed)
         out = []
         for text, n in zip(texts, billed, strict=True):
@@ -302,7 +261,7 @@ class FakeDeepL(LoopbackService):
 
     def _create_glossary(self, body: Any) -> Any:
         if not isinstance(body, dict) or not body.get("name") or not body.get("dictionaries"):
-            raise _Reply(400, {"message": "Missing 'name' or 'dictionaries'"})
+            raise Reply(400, {"message": "Missing 'name' or 'dictionaries'"})
         glossary = _Glossary(glossary_id=str(uuid.uuid4()), name=str(body["name"]))
         for d in body["dictionaries"]:
             pair = (str(d["source_lang"]).upper(), str(d["target_lang"]).upper())
@@ -311,7 +270,7 @@ class FakeDeepL(LoopbackService):
             )
         with self._lock:
             self.glossaries[glossary.glossary_id] = glossary
-        raise _Reply(201, glossary.info())
+        raise Reply(201, glossary.info())
 
 
 class _Server(LoopbackServer):
@@ -324,11 +283,8 @@ class _Handler(QuietHandler):
 
     def _handle(self) -> None:
         fake = self.server.fake
-        url = urllib.parse.urlsplit(self.path)
-        path, query = url.path, urllib.parse.parse_qs(url.query)
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        headers = {k.lower(): v for k, v in self.headers.items()}
+        path, query = self.split_url()
+        headers, raw = self.read_raw()
         body = self._parse_body(raw, headers.get("content-type", ""))
 
         size = len(self.requestline) + 2 + len(self.headers.as_bytes().replace(b"\n", b"\r\n")) + len(raw)
@@ -336,34 +292,24 @@ class _Handler(QuietHandler):
         def record(status: int | None) -> None:
             fake._record(RecordedRequest(self.command, path, query, headers, body, len(raw), status, size))
 
-        fault = fake._take_fault(path)
+        fault = fake._faults.take(path)
         if fault in ("drop", "hang"):
             record(None)
             if fault == "hang":
-                fake._released.wait(fake.hang_s)
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self.connection.shutdown(socket.SHUT_RDWR)
+                fake.stopping.wait(fake.hang_s)  # held until the server stops, or hang_s
+            self.drop_connection()
             return
-        try:
+
+        def route() -> Any:
             if fault is not None:
-                raise _Reply(fault, {"message": f"injected fault {fault}"})
+                raise Reply(int(fault), {"message": f"injected fault {fault}"})
             if size > fake.max_request_bytes:
-                raise _Reply(413, {"message": "Request Entity Too Large"})
-            status, payload = 200, fake._route(self.command, path, query, headers, body)
-        except _Reply as reply:
-            status, payload = reply.status, reply.payload
-        except (KeyError, TypeError, ValueError) as err:
-            status, payload = 400, {"message": f"Bad request: {err}"}
-        record(status)
-        data = b"" if payload is None else json.dumps(payload).encode("utf-8")
-        self.send_response(status)
-        if data:
-            self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if data:
-            self.wfile.write(data)
+                raise Reply(413, {"message": "Request Entity Too Large"})
+            return fake._route(self.command, path, query, headers, body)
+
+        reply = answer_of(route, MALFORMED, lambda err: Reply(400, {"message": f"Bad request: {err}"}))
+        record(reply.status)
+        self.send_json(reply.status, reply.payload, empty=reply.payload is None)
 
     @staticmethod
     def _parse_body(raw: bytes, content_type: str) -> Any:

@@ -40,7 +40,16 @@ from typing import Any, Literal
 
 import pytest
 
-from tests.fakes.loopback import LoopbackServer, LoopbackService, QuietHandler
+from tests.fakes.loopback import (
+    FaultQueue,
+    LoopbackServer,
+    QuietHandler,
+    RecordingService,
+    Reply,
+    answer_of,
+    check_openai_key,
+    openai_error,
+)
 
 Fault = Literal[400, 401, 403, 404, 429, 500, 503, "drop"]
 WORD = re.compile(r"\w+", re.UNICODE)
@@ -74,25 +83,7 @@ class RecordedRequest:
         return [value] if isinstance(value, str) else list(value)
 
 
-@dataclass
-class _Fault:
-    fault: Fault
-    times: int
-    after: int
-
-
-class _Reply(Exception):
-    def __init__(self, status: int, payload: Any = None) -> None:
-        super().__init__(status)
-        self.status = status
-        self.payload = payload
-
-
-def _error(message: str, type_: str, code: str | int | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
-
-
-class FakeEmbeddings(LoopbackService):
+class FakeEmbeddings(RecordingService[RecordedRequest]):
     """The fake server. ``base_url`` is what an OpenAI client takes (``.../v1``)."""
 
     thread_name = "fake-embeddings"
@@ -108,6 +99,7 @@ class FakeEmbeddings(LoopbackService):
         shuffle: bool = False,
         retry_after_ms: int | None = 1,
     ) -> None:
+        super().__init__()
         self.dims = dims
         self.models = models
         self.api_key = api_key
@@ -116,8 +108,7 @@ class FakeEmbeddings(LoopbackService):
         self.shuffle = shuffle
         self.retry_after_ms = retry_after_ms
         self.mutate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-        self._faults: list[_Fault] = []
-        self._requests: list[RecordedRequest] = []
+        self._faults = FaultQueue[Fault]()
         self._lock = threading.Lock()
         self._listen(_Server, _Handler)
         self.base_url = f"{self.url}/v1"
@@ -127,48 +118,16 @@ class FakeEmbeddings(LoopbackService):
     def inject(self, fault: Fault, times: int = 1, *, after: int = 0) -> None:
         """The next ``times`` requests, after ``after`` requests served normally, answer with
         ``fault`` (an HTTP status, or ``"drop"``). Faults queue in the order injected."""
-        with self._lock:
-            self._faults.append(_Fault(fault, times, after))
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
+        self._faults.add(fault, times, after)
 
     def embedded(self) -> list[RecordedRequest]:
         """``/v1/embeddings`` requests that were answered 200."""
         return [r for r in self.requests if r.path == "/v1/embeddings" and r.status == 200]
 
-    def clear(self) -> None:
-        with self._lock:
-            self._requests.clear()
-
     # -- request handling (called from the handler threads) ---------------------------
 
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _take_fault(self) -> Fault | None:
-        with self._lock:
-            if not self._faults:
-                return None
-            f = self._faults[0]
-            if f.after > 0:
-                f.after -= 1
-                return None
-            f.times -= 1
-            if f.times <= 0:
-                self._faults.pop(0)
-            return f.fault
-
     def _route(self, method: str, path: str, headers: dict[str, str], body: Any) -> Any:
-        presented = headers.get("authorization", "")
-        if self.api_key is not None and presented != f"Bearer {self.api_key}":
-            key = presented.removeprefix("Bearer ")
-            raise _Reply(
-                401, _error(f"Incorrect API key provided: {key}.", "invalid_request_error", "invalid_api_key")
-            )
+        check_openai_key(headers, self.api_key)
         if method == "GET" and path == "/v1/models":
             return {
                 "object": "list",
@@ -176,26 +135,27 @@ class FakeEmbeddings(LoopbackService):
             }
         if method == "POST" and path == "/v1/embeddings":
             return self._embeddings(body)
-        raise _Reply(404, _error(f"Not found: {method} {path}", "NotFoundError", 404))
+        raise Reply(404, openai_error(f"Not found: {method} {path}", "NotFoundError", 404))
 
     def _embeddings(self, body: Any) -> Any:
         if not isinstance(body, dict):
-            raise _Reply(400, _error("Invalid request body", "BadRequestError", 400))
+            raise Reply(400, openai_error("Invalid request body", "BadRequestError", 400))
         model = body.get("model")
         if model not in self.models:
-            raise _Reply(404, _error(f"The model `{model}` does not exist.", "NotFoundError", 404))
+            raise Reply(404, openai_error(f"The model `{model}` does not exist.", "NotFoundError", 404))
         inputs = body.get("input")
         if isinstance(inputs, str):
             inputs = [inputs]
         if not inputs or not isinstance(inputs, list) or not all(isinstance(t, str) for t in inputs):
-            raise _Reply(
-                400, _error("'input' must be a string or a non-empty list of strings", "BadRequestError")
+            raise Reply(
+                400,
+                openai_error("'input' must be a string or a non-empty list of strings", "BadRequestError"),
             )
         if any(t == "" for t in inputs):
-            raise _Reply(400, _error("'input' cannot contain an empty string", "invalid_request_error"))
+            raise Reply(400, openai_error("'input' cannot contain an empty string", "invalid_request_error"))
         encoding = body.get("encoding_format") or "float"
         if encoding not in ("float", "base64"):
-            raise _Reply(400, _error(f"Unknown encoding_format {encoding!r}", "BadRequestError"))
+            raise Reply(400, openai_error(f"Unknown encoding_format {encoding!r}", "BadRequestError"))
         with self._lock:
             dims, normalize, scale, shuffle = self.dims, self.normalize, self.scale, self.shuffle
         items: list[dict[str, Any]] = []
@@ -234,22 +194,21 @@ class _Handler(QuietHandler):
         def record(status: int | None) -> None:
             fake._record(RecordedRequest(self.command, path, headers, body, status))
 
-        fault = fake._take_fault() if path == "/v1/embeddings" else None
+        fault = fake._faults.take() if path == "/v1/embeddings" else None
         if fault == "drop":
             record(None)
             self.drop_connection()
             return
-        extra_headers: dict[str, str] = {}
-        try:
+
+        def route() -> Any:
             if fault is not None:
-                if fake.retry_after_ms is not None:
-                    extra_headers["retry-after-ms"] = str(fake.retry_after_ms)
-                raise _Reply(fault, _error(f"injected fault {fault}", "injected", fault))
-            status, payload = 200, fake._route(self.command, path, headers, body)
-        except _Reply as reply:
-            status, payload = reply.status, reply.payload
-        record(status)
-        self.send_json(status, payload, extra_headers)
+                retry = {} if fake.retry_after_ms is None else {"retry-after-ms": str(fake.retry_after_ms)}
+                raise Reply(int(fault), openai_error(f"injected fault {fault}", "injected", fault), retry)
+            return fake._route(self.command, path, headers, body)
+
+        reply = answer_of(route)
+        record(reply.status)
+        self.send_reply(reply)
 
 
 @pytest.fixture

@@ -4,73 +4,51 @@ tests/cure/test_release_layout.py and tests/cure/test_judge.py."""
 
 from __future__ import annotations
 
+import base64
+import json
+import re
+import urllib.parse
 from typing import Any
 
 from tests.conftest import fake_key
+from tests.fakes.loopback import LoopbackServer, LoopbackService, QuietHandler, presented_auth
 
 HUB_TOKEN = fake_key("hf_", "loopback hub")
 
 
-class FakeHub:
+class FakeHub(LoopbackService):
     """A loopback server answering the Hub API calls push_release makes (huggingface_hub 2.x):
     create repo, create branch, list files (tree), validate the card's YAML, preupload, commit (NDJSON). Files are kept
     per branch; ``faults`` maps a path fragment to statuses answered before the real answer;
     a wrong token gets 401 with the presented token echoed in the body, as a careless server might.
     """
 
-    def __init__(self, token: str) -> None:
-        from tests.fakes.loopback import LoopbackServer, LoopbackService, QuietHandler
+    thread_name = "fake-hub"
 
+    def __init__(self, token: str) -> None:
         self.token = token
         self.private: dict[str, bool] = {}
         self.branches: dict[str, dict[str, dict[str, bytes]]] = {}  # repo -> branch -> path -> bytes
         self.commits: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str]] = []
         self.faults: dict[str, list[tuple[int, dict[str, str]]]] = {}
-        hub = self
+        self._listen(LoopbackServer, _Handler)
 
-        class Handler(QuietHandler):
-            def _handle(self) -> None:
-                hub.answer(self)
-
-        class Service(LoopbackService):
-            thread_name = "fake-hub"
-
-        self.service = Service()
-        self.service._listen(LoopbackServer, Handler)
-
-    @property
-    def url(self) -> str:
-        return self.service.url
-
-    def __enter__(self) -> FakeHub:
-        self.service.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.service.stop()
-
-    def answer(self, request: Any) -> None:
-        import base64
-        import json
-        import re
-        import urllib.parse
-
-        length = int(request.headers.get("Content-Length") or 0)
-        body = request.rfile.read(length) if length else b""
-        path = urllib.parse.urlsplit(request.path).path
+    def answer(self, request: QuietHandler) -> None:
+        path, _ = request.split_url()
+        headers, body = request.read_raw()
         self.requests.append((request.command, path))
         for fragment, statuses in self.faults.items():
             if fragment in path and statuses:
-                status, headers = statuses.pop(0)
-                return self.send(request, status, {"error": "injected"}, headers)
-        if request.headers.get("Authorization") != f"Bearer {self.token}":
-            presented = request.headers.get("Authorization", "")
-            return self.send(
-                request, 401, {"error": f"Invalid credentials in Authorization header: {presented}"}
+                status, extra = statuses.pop(0)
+                return request.send_json(status, {"error": "injected"}, extra)
+        presented = presented_auth(headers, f"Bearer {self.token}")
+        if presented is not None:
+            return request.send_json(
+                401, {"error": f"Invalid credentials in Authorization header: {presented}"}
             )
         if path == "/api/validate-yaml":  # create_commit checks the card's front matter first
-            return self.send(request, 200, {})
+            return request.send_json(200, {})
         if path == "/api/repos/create":
             data = json.loads(body)
             repo = f"{data['organization']}/{data['name']}" if data.get("organization") else data["name"]
@@ -79,27 +57,26 @@ class FakeHub:
                 self.private[repo] = data.get("visibility", "public") == "private" or bool(
                     data.get("private")
                 )
-            return self.send(request, 200, {"url": f"{self.url}/datasets/{repo}", "name": repo})
+            return request.send_json(200, {"url": f"{self.url}/datasets/{repo}", "name": repo})
         match = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/(branch|tree|preupload|commit)/([^/]+)/?", path)
         if not match or match[1] not in self.branches:
-            return self.send(request, 404, {"error": "Repository not found"})
+            return request.send_json(404, {"error": "Repository not found"})
         repo, action, revision = match[1], match[2], urllib.parse.unquote(match[3])
         branches = self.branches[repo]
         if action == "branch":
             branches.setdefault(revision, dict(branches["main"]))
-            return self.send(request, 200, {})
+            return request.send_json(200, {})
         if revision not in branches:
-            return self.send(request, 404, {"error": "Revision not found"})
+            return request.send_json(404, {"error": "Revision not found"})
         files = branches[revision]
         if action == "tree":
             entries = [
                 {"type": "file", "path": p, "size": len(b), "oid": "0" * 40} for p, b in sorted(files.items())
             ]
-            return self.send(request, 200, entries)
+            return request.send_json(200, entries)
         if action == "preupload":
             wanted = json.loads(body)["files"]
-            return self.send(
-                request,
+            return request.send_json(
                 200,
                 {
                     "files": [
@@ -122,19 +99,13 @@ class FakeHub:
         self.commits.append(
             {"branch": revision, "message": header["summary"], "added": added, "deleted": deleted}
         )
-        return self.send(
-            request, 200, {"commitUrl": f"{self.url}/datasets/{repo}/commit/{oid}", "commitOid": oid}
+        return request.send_json(
+            200, {"commitUrl": f"{self.url}/datasets/{repo}/commit/{oid}", "commitOid": oid}
         )
 
-    @staticmethod
-    def send(request: Any, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        import json
 
-        data = json.dumps(payload).encode()
-        request.send_response(status)
-        request.send_header("Content-Type", "application/json")
-        request.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            request.send_header(name, value)
-        request.end_headers()
-        request.wfile.write(data)
+class _Handler(QuietHandler):
+    server: LoopbackServer
+
+    def _handle(self) -> None:
+        self.server.fake.answer(self)

@@ -38,7 +38,14 @@ from typing import Any, Literal
 
 import pytest
 
-from tests.fakes.loopback import LoopbackServer, LoopbackService, QuietHandler
+from tests.fakes.loopback import (
+    LoopbackServer,
+    QuietHandler,
+    RecordingService,
+    Reply,
+    check_openai_key,
+    openai_error,
+)
 
 Fault = Literal[400, 429, 500, "slow", "drop", "bad_json", "out_of_range", "truncated", "no_content"]
 DEFAULT_MODEL = "judge-7b"
@@ -84,7 +91,9 @@ class _Rule:
     delay_s: float
 
 
-class _Reply(Exception):
+class _Reply(Reply):
+    """A reply that says which injected fault it answers."""
+
     def __init__(
         self,
         status: int,
@@ -92,18 +101,11 @@ class _Reply(Exception):
         headers: dict[str, str] | None = None,
         fault: Fault | None = None,
     ) -> None:
-        super().__init__(status)
-        self.status = status
-        self.payload = payload
-        self.headers = headers or {}
+        super().__init__(status, payload, headers)
         self.fault = fault
 
 
-def _error(message: str, type_: str, code: str | int | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
-
-
-class FakeChat(LoopbackService):
+class FakeChat(RecordingService[RecordedRequest]):
     """The fake server. ``base_url`` is what an OpenAI client takes (``.../v1``)."""
 
     thread_name = "fake-chat"
@@ -120,6 +122,7 @@ class FakeChat(LoopbackService):
         retry_after_ms: int | None = None,
         usage: bool = True,
     ) -> None:
+        super().__init__()
         self.answer = answer
         self.models = models
         self.api_key = api_key
@@ -129,12 +132,10 @@ class FakeChat(LoopbackService):
         self.retry_after_ms = retry_after_ms
         self.usage = usage
         self._rules: list[_Rule] = []
-        self._requests: list[RecordedRequest] = []
         self._in_flight = 0
         self._max_in_flight = 0
         self._serial = 0
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
         self._listen(_Server, _Handler)
         self.base_url = f"{self.url}/v1"
 
@@ -147,11 +148,6 @@ class FakeChat(LoopbackService):
             raise ValueError("times must be at least 1")
         with self._lock:
             self._rules.append(_Rule(fault, times, when, self.slow_s))
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
 
     def chats(self) -> list[RecordedRequest]:
         """Every ``POST /v1/chat/completions`` received, answered or not."""
@@ -167,26 +163,14 @@ class FakeChat(LoopbackService):
             return self._max_in_flight
 
     def clear(self) -> None:
+        super().clear()
         with self._lock:
-            self._requests.clear()
             self._max_in_flight = 0
-
-    def stop(self) -> None:
-        self._stopping.set()  # wakes handlers sleeping in "slow"
-        super().stop()
 
     # -- request handling (called from the handler threads) ---------------------------
 
-    def _arrived(self, request: RecordedRequest) -> int:
-        """Record a request as it arrives (a slow answer is still seen); returns its index."""
-        with self._lock:
-            self._requests.append(request)
-            return len(self._requests) - 1
-
     def _ended(self, index: int, status: int | None, fault: Fault | None) -> None:
-        with self._lock:
-            if index < len(self._requests):  # clear() may have emptied the log meanwhile
-                self._requests[index] = dataclasses.replace(self._requests[index], status=status, fault=fault)
+        self._rewrite(index, lambda r: dataclasses.replace(r, status=status, fault=fault))
 
     def _enter(self) -> None:
         with self._lock:
@@ -208,15 +192,7 @@ class FakeChat(LoopbackService):
 
     def _wait(self, seconds: float) -> None:
         if seconds > 0:
-            self._stopping.wait(seconds)
-
-    def _check_auth(self, headers: dict[str, str]) -> None:
-        presented = headers.get("authorization", "")
-        if self.api_key is not None and presented != f"Bearer {self.api_key}":
-            key = presented.removeprefix("Bearer ")
-            raise _Reply(
-                401, _error(f"Incorrect API key provided: {key}.", "invalid_request_error", "invalid_api_key")
-            )
+            self.stopping.wait(seconds)  # woken when the server stops
 
     def _models(self) -> dict[str, Any]:
         return {
@@ -226,14 +202,14 @@ class FakeChat(LoopbackService):
 
     def _check_chat(self, body: Any) -> None:
         if not isinstance(body, dict):
-            raise _Reply(400, _error("Invalid request body", "BadRequestError", 400))
+            raise _Reply(400, openai_error("Invalid request body", "BadRequestError", 400))
         if body.get("model") not in self.models:
             raise _Reply(
-                404, _error(f"The model `{body.get('model')}` does not exist.", "NotFoundError", 404)
+                404, openai_error(f"The model `{body.get('model')}` does not exist.", "NotFoundError", 404)
             )
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise _Reply(400, _error("'messages' must be a non-empty list", "BadRequestError", 400))
+            raise _Reply(400, openai_error("'messages' must be a non-empty list", "BadRequestError", 400))
         fmt = body.get("response_format")
         if fmt is None:
             return
@@ -241,12 +217,16 @@ class FakeChat(LoopbackService):
         if kind == "json_schema":
             spec = fmt.get("json_schema")
             if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict) or not spec.get("name"):
-                raise _Reply(400, _error("json_schema needs 'name' and 'schema'", "BadRequestError", 400))
+                raise _Reply(
+                    400, openai_error("json_schema needs 'name' and 'schema'", "BadRequestError", 400)
+                )
         elif kind == "json_object":
             if "schema" in fmt and not isinstance(fmt["schema"], dict):
-                raise _Reply(400, _error("json_object 'schema' must be an object", "BadRequestError", 400))
+                raise _Reply(
+                    400, openai_error("json_object 'schema' must be an object", "BadRequestError", 400)
+                )
         elif kind != "text":
-            raise _Reply(400, _error(f"unknown response_format type {kind!r}", "BadRequestError", 400))
+            raise _Reply(400, openai_error(f"unknown response_format type {kind!r}", "BadRequestError", 400))
 
     def _completion(self, body: dict[str, Any], fault: Fault | None) -> dict[str, Any]:
         answer = self.answer(body)
@@ -289,7 +269,7 @@ class FakeChat(LoopbackService):
         return payload
 
     def _route(self, method: str, path: str, headers: dict[str, str], body: Any) -> tuple[Any, Fault | None]:
-        self._check_auth(headers)
+        check_openai_key(headers, self.api_key)
         if method == "GET" and path == "/v1/models":
             return self._models(), None
         if method == "POST" and path == "/v1/chat/completions":
@@ -303,11 +283,13 @@ class FakeChat(LoopbackService):
                     extra["retry-after-ms"] = str(self.retry_after_ms)
                 elif fault == 429 and self.retry_after is not None:
                     extra["retry-after"] = self.retry_after
-                raise _Reply(int(fault), _error(f"injected fault {fault}", "injected", fault), extra, fault)
+                raise _Reply(
+                    int(fault), openai_error(f"injected fault {fault}", "injected", fault), extra, fault
+                )
             if fault == "slow":
                 self._wait(delay)
             return self._completion(body, fault), fault
-        raise _Reply(404, _error(f"Not found: {method} {path}", "NotFoundError", 404))
+        raise _Reply(404, openai_error(f"Not found: {method} {path}", "NotFoundError", 404))
 
 
 class _Server(LoopbackServer):
@@ -322,7 +304,7 @@ class _Handler(QuietHandler):
         fake = self.server.fake
         path, headers, body = self.read_json()
 
-        index = fake._arrived(RecordedRequest(self.command, path, headers, body, None, None))
+        index = fake._record(RecordedRequest(self.command, path, headers, body, None, None))
         fake._enter()
         try:
             self._answer(fake, index, path, headers, body)
@@ -335,9 +317,10 @@ class _Handler(QuietHandler):
         try:
             payload, fault = fake._route(self.command, path, headers, body)
             status = 200
-        except _Reply as reply:
-            status, payload, extra_headers, fault = reply.status, reply.payload, reply.headers, reply.fault
-        if fault == "drop" or (fault == "slow" and fake._stopping.is_set()):
+        except Reply as reply:
+            status, payload, extra_headers = reply.status, reply.payload, reply.headers
+            fault = reply.fault if isinstance(reply, _Reply) else None
+        if fault == "drop" or (fault == "slow" and fake.stopping.is_set()):
             fake._ended(index, None, fault)
             self.drop_connection()
             return

@@ -45,7 +45,16 @@ from typing import Any, Literal
 
 import pytest
 
-from tests.fakes.loopback import LoopbackServer, LoopbackService, QuietHandler
+from tests.fakes.loopback import (
+    FaultQueue,
+    LoopbackServer,
+    QuietHandler,
+    RecordingService,
+    Reply,
+    answer_of,
+    openai_error,
+    presented_auth,
+)
 
 Fault = Literal[400, 401, 404, 429, 500, 503, "drop", "stall"]
 WORD = re.compile(r"\w+", re.UNICODE)
@@ -90,25 +99,7 @@ class RecordedRequest:
         return [value] if isinstance(value, str) else list(value)
 
 
-@dataclass
-class _Fault:
-    fault: Fault
-    times: int
-    after: int
-
-
-class _Reply(Exception):
-    def __init__(self, status: int, payload: Any = None) -> None:
-        super().__init__(status)
-        self.status = status
-        self.payload = payload
-
-
-def _error(message: str, type_: str, code: int) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
-
-
-class FakeScore(LoopbackService):
+class FakeScore(RecordingService[RecordedRequest]):
     """The fake server. ``url`` is the server root (what the adapter takes as ``base_url``)."""
 
     thread_name = "fake-score"
@@ -125,6 +116,7 @@ class FakeScore(LoopbackService):
         hold_s: float = 0.0,
         max_model_len: int = 512,
     ) -> None:
+        super().__init__()
         self.models = models
         self.fields = fields
         self.api_key = api_key
@@ -136,8 +128,7 @@ class FakeScore(LoopbackService):
         self.mutate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.max_in_flight = 0
         self._in_flight = 0
-        self._faults: list[_Fault] = []
-        self._requests: list[RecordedRequest] = []
+        self._faults = FaultQueue[Fault]()
         self._lock = threading.Lock()
         self._listen(_Server, _Handler)
 
@@ -146,36 +137,13 @@ class FakeScore(LoopbackService):
     def inject(self, fault: Fault, times: int = 1, *, after: int = 0) -> None:
         """The next ``times`` scoring requests, after ``after`` served normally, answer with
         ``fault``. Faults queue in the order injected."""
-        with self._lock:
-            self._faults.append(_Fault(fault, times, after))
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
+        self._faults.add(fault, times, after)
 
     def scored(self) -> list[RecordedRequest]:
         """Scoring requests that were answered 200."""
         return [r for r in self.requests if r.path.endswith("/score") and r.status == 200]
 
     # -- request handling (called from the handler threads) ---------------------------
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _take_fault(self) -> Fault | None:
-        with self._lock:
-            if not self._faults:
-                return None
-            f = self._faults[0]
-            if f.after > 0:
-                f.after -= 1
-                return None
-            f.times -= 1
-            if f.times <= 0:
-                self._faults.pop(0)
-            return f.fault
 
     @contextlib.contextmanager
     def _serving(self) -> Iterator[None]:
@@ -191,36 +159,40 @@ class FakeScore(LoopbackService):
                 self._in_flight -= 1
 
     def _route(self, method: str, path: str, headers: dict[str, str], body: Any) -> Any:
-        presented = headers.get("authorization", "")
-        if self.api_key is not None and presented != f"Bearer {self.api_key}":
+        presented = presented_auth(headers, None if self.api_key is None else f"Bearer {self.api_key}")
+        if presented is not None:
             key = presented.removeprefix("Bearer ")
-            raise _Reply(401, _error(f"Unauthorized: invalid API key {key}", "Unauthorized", 401))
+            raise Reply(401, openai_error(f"Unauthorized: invalid API key {key}", "Unauthorized", 401))
         if method == "GET" and path == "/v1/models":
             return {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
         if method == "POST" and path in ("/score", "/v1/score"):
             with self._serving():
                 return self._score(body)
-        raise _Reply(404, {"detail": "Not Found"})
+        raise Reply(404, {"detail": "Not Found"})
 
     def _score(self, body: Any) -> Any:
         if not isinstance(body, dict):
-            raise _Reply(400, _error("Invalid request body", "BadRequestError", 400))
+            raise Reply(400, openai_error("Invalid request body", "BadRequestError", 400))
         first, second = self.fields
         missing = [name for name in (first, second) if name not in body]
         if missing:
-            raise _Reply(
-                400, _error(f"1 validation error: Field required: {missing[0]}", "BadRequestError", 400)
+            raise Reply(
+                400, openai_error(f"1 validation error: Field required: {missing[0]}", "BadRequestError", 400)
             )
         model = body.get("model")
         if model not in self.models:
-            raise _Reply(404, _error(f"The model `{model}` does not exist.", "NotFoundError", 404))
+            raise Reply(404, openai_error(f"The model `{model}` does not exist.", "NotFoundError", 404))
         sides = [body[first], body[second]]
         sides = [[side] if isinstance(side, str) else side for side in sides]
         if not all(isinstance(side, list) and all(isinstance(t, str) for t in side) for side in sides):
-            raise _Reply(400, _error("inputs must be strings or lists of strings", "BadRequestError", 400))
+            raise Reply(
+                400, openai_error("inputs must be strings or lists of strings", "BadRequestError", 400)
+            )
         queries, passages = sides
         if not queries or not passages or (len(queries) > 1 and len(queries) != len(passages)):
-            raise _Reply(400, _error("Input lengths must be either 1:1, 1:N or N:N", "BadRequestError", 400))
+            raise Reply(
+                400, openai_error("Input lengths must be either 1:1, 1:N or N:N", "BadRequestError", 400)
+            )
         if len(queries) == 1:
             queries = queries * len(passages)
         truncate = self._truncation(body.get("truncate_prompt_tokens"))
@@ -230,7 +202,7 @@ class FakeScore(LoopbackService):
         for i, (q, p) in enumerate(zip(queries, passages, strict=True)):
             kept = sum(map(len, truncate_pair(q, p, truncate)))
             if kept > self.max_model_len:
-                raise _Reply(400, _error(
+                raise Reply(400, openai_error(
                     f"This model's maximum context length is {self.max_model_len} tokens. However, you "
                     f"requested {kept} tokens in the input for score. Please reduce the length of the input.",
                     "BadRequestError", 400))  # fmt: skip
@@ -254,11 +226,11 @@ class FakeScore(LoopbackService):
         if value is None:
             return None
         if not isinstance(value, int) or isinstance(value, bool) or value < -1:
-            raise _Reply(400, _error(
+            raise Reply(400, openai_error(
                 f"1 validation error: truncate_prompt_tokens: Input should be an integer >= -1 (got {value!r})",
                 "BadRequestError", 400))  # fmt: skip
         if value > self.max_model_len:
-            raise _Reply(400, _error(
+            raise Reply(400, openai_error(
                 f"truncate_prompt_tokens value ({value}) is greater than max_model_len ({self.max_model_len}). "
                 "Please, select a smaller truncation size.", "BadRequestError", 400))  # fmt: skip
         return self.max_model_len if value == -1 else value
@@ -279,24 +251,23 @@ class _Handler(QuietHandler):
         def record(status: int | None) -> None:
             fake._record(RecordedRequest(self.command, path, headers, body, status))
 
-        fault = fake._take_fault() if path.endswith("/score") else None
+        fault = fake._faults.take() if path.endswith("/score") else None
         if fault in ("drop", "stall"):
             record(None)  # recorded on arrival: a stalled request's client is gone before its end
             if fault == "stall":
                 time.sleep(fake.stall_s)
             self.drop_connection()
             return
-        extra_headers: dict[str, str] = {}
-        try:
+
+        def route() -> Any:
             if isinstance(fault, int):
-                if fake.retry_after is not None:
-                    extra_headers["Retry-After"] = f"{fake.retry_after:g}"
-                raise _Reply(fault, _error(f"injected fault {fault}", "injected", fault))
-            status, payload = 200, fake._route(self.command, path, headers, body)
-        except _Reply as reply:
-            status, payload = reply.status, reply.payload
-        record(status)
-        self.send_json(status, payload, extra_headers)
+                retry = {} if fake.retry_after is None else {"Retry-After": f"{fake.retry_after:g}"}
+                raise Reply(fault, openai_error(f"injected fault {fault}", "injected", fault), retry)
+            return fake._route(self.command, path, headers, body)
+
+        reply = answer_of(route)
+        record(reply.status)
+        self.send_reply(reply)
 
 
 @pytest.fixture

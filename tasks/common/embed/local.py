@@ -45,26 +45,15 @@ import importlib
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from irforge.fingerprint import canonical_json, digest_bytes, digest_file
-from tasks.common.embed.port import (
-    F32,
-    NORMALIZATION,
-    EncoderError,
-    EncoderUnavailable,
-    Kind,
-    ProgressFn,
-    batches,
-    check_kind,
-    check_texts,
-    empty,
-    normalise_rows,
-)
+from tasks.common.embed.port import F32, EncoderBase, EncoderError, EncoderUnavailable, normalise_rows
+from tasks.common.models import hub
 from tasks.common.models.hub import ModelErrors, load_from_hub, locate_model, one_line, snapshot_commit
 
 if TYPE_CHECKING:
@@ -149,21 +138,7 @@ def builtin_model_path(name: str) -> Path:
     return path
 
 
-def select_device(device: str | None) -> str:
-    """``device`` when usable; None picks CUDA when torch sees a GPU, else the CPU."""
-    import torch  # noqa: PLC0415 -- ~1.5 s to import: only when an encoder is built
-
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise EncoderUnavailable(
-            f"device {device!r} requested but torch sees no CUDA GPU here "
-            f"(torch {torch.__version__}): leave device unset to use the CPU"
-        )
-    return device
-
-
-class SentenceTransformerEncoder:
+class SentenceTransformerEncoder(EncoderBase):
     """The :class:`~tasks.common.embed.port.Encoder` port on a sentence-transformers model.
 
     Vectors are L2-normalised by the model (``normalize_embeddings=True``) and once more in
@@ -206,7 +181,7 @@ class SentenceTransformerEncoder:
         self.batch_size = batch_size
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
-        self.device = select_device(device)
+        self.device = hub.select_device(device, _ERRORS)
         self._cache_folder = (
             str(cache_folder) if cache_folder is not None else os.environ.get("SENTENCE_TRANSFORMERS_HOME")
         )
@@ -214,34 +189,26 @@ class SentenceTransformerEncoder:
         self._files_digest: str | None = None
 
         # self.path is the local model directory (None for a hub id); the model id is its name
-        self.path, self._model_id = locate_model(
+        self.path, self.model_id = locate_model(
             model, revision, builtin_model_path, _ERRORS, holds="the model's config.json (and modules.json)"
         )
 
         self._model = (
             self._load_local(self.path) if self.path is not None else self._load_hub(model, revision)
         )
-        self._revision = None if self.path is not None else self._resolve_commit(model, revision)
+        self.revision = None if self.path is not None else self._resolve_commit(model, revision)
 
         if max_seq_length is not None:
             limit = self._position_limit()
             if limit is not None and max_seq_length > limit:
                 raise EncoderError(
-                    f"max_seq_length {max_seq_length} exceeds what {self._model_id} can read ({limit} tokens)"
+                    f"max_seq_length {max_seq_length} exceeds what {self.model_id} can read ({limit} tokens)"
                 )
             self._model.max_seq_length = max_seq_length
         self._warn_about_saved_prompts()
         self._dims = self._embedding_dims()
 
     # -- the port ---------------------------------------------------------------------
-
-    @property
-    def model_id(self) -> str:
-        return self._model_id
-
-    @property
-    def revision(self) -> str | None:
-        return self._revision
 
     @property
     def dims(self) -> int:
@@ -252,44 +219,23 @@ class SentenceTransformerEncoder:
         value = self._model.max_seq_length
         return int(value) if value is not None else None
 
-    def encode(self, texts: Sequence[str], *, kind: Kind, on_batch: ProgressFn | None = None) -> F32:
-        prefix = self.query_prefix if check_kind(kind) == "query" else self.passage_prefix
-        items = check_texts(texts)
-        if not items:
-            return empty(self._dims)
-        order = sorted(range(len(items)), key=lambda i: -len(items[i]))  # stable: ties keep position
-        out = np.empty((len(items), self._dims), dtype=np.float32)
-        done = 0
-        with self._lock:
-            for batch in batches(len(items), self.batch_size):
-                idx = order[batch.start : batch.stop]
-                out[idx] = self._encode_batch([items[i] for i in idx], prefix)
-                done += len(idx)
-                if on_batch is not None:
-                    on_batch(done, len(items))
-        return out
-
-    def describe(self) -> dict[str, Any]:
-        if self.path is not None and self._files_digest is None:
-            self._files_digest = model_files_digest(self.path)
-        return {
-            "engine": ENGINE,
-            "model": self._model_id,
-            "revision": self._revision,
-            "files_digest": self._files_digest,
-            "dims": self._dims,
-            "normalization": NORMALIZATION,
-            "query_prefix": self.query_prefix,
-            "passage_prefix": self.passage_prefix,
-            "max_seq_length": self.max_seq_length,
-        }
-
     def __repr__(self) -> str:
         return (
-            f"SentenceTransformerEncoder(model={self._model_id!r}, device={self.device!r}, dims={self._dims})"
+            f"SentenceTransformerEncoder(model={self.model_id!r}, device={self.device!r}, dims={self._dims})"
         )
 
     # -- internals --------------------------------------------------------------------
+
+    def _order(self, texts: list[str]) -> list[int]:
+        return sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # stable: ties keep position
+
+    def _serial(self) -> AbstractContextManager[object]:
+        return self._lock
+
+    def _files(self) -> dict[str, Any]:
+        if self.path is not None and self._files_digest is None:
+            self._files_digest = model_files_digest(self.path)
+        return {"files_digest": self._files_digest}
 
     def _encode_batch(self, texts: list[str], prefix: str) -> F32:
         # prompt="" (not None) also keeps a model's default_prompt_name from applying.
@@ -301,10 +247,10 @@ class SentenceTransformerEncoder:
             convert_to_numpy=True,
             normalize_embeddings=True,
         )
-        vectors = normalise_rows(np.asarray(raw), source=f"model {self._model_id}")
+        vectors = normalise_rows(np.asarray(raw), source=f"model {self.model_id}")
         if vectors.shape != (len(texts), self._dims):
             raise EncoderError(
-                f"model {self._model_id} returned vectors of shape {vectors.shape} for {len(texts)} texts, "
+                f"model {self.model_id} returned vectors of shape {vectors.shape} for {len(texts)} texts, "
                 f"expected ({len(texts)}, {self._dims})"
             )
         return vectors
@@ -365,7 +311,7 @@ class SentenceTransformerEncoder:
                 logger.warning(
                     "model %s saves a %r prompt %r that irforge does not apply; configure it as the "
                     "%s prefix if the model needs it",
-                    self._model_id,
+                    self.model_id,
                     key,
                     saved,
                     "query" if key == "query" else "passage",
@@ -381,7 +327,7 @@ class SentenceTransformerEncoder:
         if dims is None:  # some custom module stacks cannot tell without running
             dims = int(self._encode_probe().shape[1])
         if dims < 1:
-            raise EncoderError(f"model {self._model_id} reports {dims} embedding dimensions")
+            raise EncoderError(f"model {self.model_id} reports {dims} embedding dimensions")
         return int(dims)
 
     def _encode_probe(self) -> F32:

@@ -30,8 +30,11 @@ adapters refuse it the same way, naming the position.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -169,3 +172,74 @@ def normalise_rows(matrix: npt.ArrayLike, *, source: str) -> F32:
             "rank by; check that text and the model"
         )
     return np.ascontiguousarray(m / norms[:, None], dtype=np.float32)
+
+
+class EncoderBase(ABC):
+    """What both adapters share: the prefix by text kind, the input checks, the batches (in
+    the order :meth:`_order` gives, ``on_batch`` after each) and the layout of :meth:`describe`.
+
+    An adapter sets ``name``, ``model_id``, ``revision``, ``batch_size`` and both prefixes,
+    and implements ``dims``, ``max_seq_length`` and :meth:`_encode_batch`.
+    """
+
+    name: str
+    model_id: str
+    revision: str | None
+    batch_size: int
+    query_prefix: str
+    passage_prefix: str
+
+    @property
+    @abstractmethod
+    def dims(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def max_seq_length(self) -> int | None: ...
+
+    def encode(self, texts: Sequence[str], *, kind: Kind, on_batch: ProgressFn | None = None) -> F32:
+        prefix = self.query_prefix if check_kind(kind) == "query" else self.passage_prefix
+        items = check_texts(texts)
+        if not items:
+            return empty(self.dims)
+        order = self._order(items)
+        parts: list[tuple[list[int], F32]] = []
+        with self._serial():
+            for batch in batches(len(items), self.batch_size):
+                idx = order[batch.start : batch.stop]
+                parts.append((idx, self._encode_batch([items[i] for i in idx], prefix)))
+                if on_batch is not None:
+                    on_batch(batch.stop, len(items))
+        out = np.empty((len(items), parts[0][1].shape[1]), dtype=np.float32)
+        for idx, vectors in parts:
+            out[idx] = vectors
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": self.name,
+            "model": self.model_id,
+            "revision": self.revision,
+            **self._files(),
+            "dims": self.dims,
+            "normalization": NORMALIZATION,
+            "query_prefix": self.query_prefix,
+            "passage_prefix": self.passage_prefix,
+            "max_seq_length": self.max_seq_length,
+        }
+
+    @abstractmethod
+    def _encode_batch(self, texts: list[str], prefix: str) -> F32:
+        """Unit rows for ``texts`` (non-empty) with ``prefix`` prepended to each."""
+
+    def _order(self, texts: list[str]) -> list[int]:
+        """The order texts are batched in (input order; local models sort by length)."""
+        return list(range(len(texts)))
+
+    def _serial(self) -> AbstractContextManager[object]:
+        """Held while one call's batches run (a local model runs one call at a time)."""
+        return contextlib.nullcontext()
+
+    def _files(self) -> dict[str, Any]:
+        """Fingerprint material of local model files; none for a server."""
+        return {}

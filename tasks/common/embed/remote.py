@@ -41,26 +41,15 @@ from __future__ import annotations
 import os
 import threading
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
 import openai
 from openai.types import CreateEmbeddingResponse
 
-from tasks.common.embed.port import (
-    F32,
-    NORMALIZATION,
-    EncoderError,
-    EncoderUnavailable,
-    Kind,
-    ProgressFn,
-    batches,
-    check_kind,
-    check_texts,
-    empty,
-    normalise_rows,
-)
+from tasks.common.embed.port import F32, EncoderBase, EncoderError, EncoderUnavailable, normalise_rows
+from tasks.common.models.secrets import chained, scrub
 from tasks.common.urls import public_url
 
 ENGINE = "openai-embeddings"
@@ -69,7 +58,7 @@ MAX_INPUTS_PER_REQUEST = 2048  # OpenAI's limit on the length of ``input``
 _T = TypeVar("_T")
 
 
-class OpenAIEmbeddingsEncoder:
+class OpenAIEmbeddingsEncoder(EncoderBase):
     """The :class:`~tasks.common.embed.port.Encoder` port on an OpenAI-compatible embeddings endpoint.
 
     Requests carry at most ``batch_size`` texts and are sent one after another;
@@ -117,8 +106,8 @@ class OpenAIEmbeddingsEncoder:
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self.truncate_prompt_tokens = truncate_prompt_tokens
-        self._model = model.strip()
-        self._revision = revision
+        self.model_id = model.strip()
+        self.revision = revision
         self._dims = dims
         self._dims_lock = threading.Lock()
         self._api_key_env = api_key_env
@@ -139,43 +128,15 @@ class OpenAIEmbeddingsEncoder:
     # -- the port ---------------------------------------------------------------------
 
     @property
-    def model_id(self) -> str:
-        return self._model
-
-    @property
-    def revision(self) -> str | None:
-        return self._revision
-
-    @property
     def dims(self) -> int:
         if self._dims is None:
             self._embed(["dimension probe"])  # learns the length from the answer
         assert self._dims is not None
         return self._dims
 
-    def encode(self, texts: Sequence[str], *, kind: Kind, on_batch: ProgressFn | None = None) -> F32:
-        prefix = self.query_prefix if check_kind(kind) == "query" else self.passage_prefix
-        items = check_texts(texts)
-        if not items:
-            return empty(self.dims)
-        parts: list[F32] = []
-        for batch in batches(len(items), self.batch_size):
-            parts.append(self._embed([prefix + items[i] for i in batch]))
-            if on_batch is not None:
-                on_batch(batch.stop, len(items))
-        return np.ascontiguousarray(np.concatenate(parts, axis=0))
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "engine": ENGINE,
-            "model": self._model,
-            "revision": self._revision,
-            "dims": self.dims,
-            "normalization": NORMALIZATION,
-            "query_prefix": self.query_prefix,
-            "passage_prefix": self.passage_prefix,
-            "max_seq_length": self.truncate_prompt_tokens,
-        }
+    @property
+    def max_seq_length(self) -> int | None:
+        return self.truncate_prompt_tokens
 
     # -- extras -----------------------------------------------------------------------
 
@@ -190,10 +151,13 @@ class OpenAIEmbeddingsEncoder:
 
     def __repr__(self) -> str:
         return (
-            f"OpenAIEmbeddingsEncoder(base_url={self.base_url!r}, model={self._model!r}, dims={self._dims})"
+            f"OpenAIEmbeddingsEncoder(base_url={self.base_url!r}, model={self.model_id!r}, dims={self._dims})"
         )
 
     # -- internals --------------------------------------------------------------------
+
+    def _encode_batch(self, texts: list[str], prefix: str) -> F32:
+        return self._embed([prefix + text for text in texts])
 
     def _embed(self, inputs: list[str]) -> F32:
         extra = (
@@ -201,13 +165,13 @@ class OpenAIEmbeddingsEncoder:
         )
         response = self._call(
             lambda: self._client.embeddings.create(
-                model=self._model, input=inputs, encoding_format="float", extra_body=extra
+                model=self.model_id, input=inputs, encoding_format="float", extra_body=extra
             )
         )
         return self._vectors(response, len(inputs))
 
     def _vectors(self, response: CreateEmbeddingResponse, n: int) -> F32:
-        where = f"{self.base_url} (model {self._model})"
+        where = f"{self.base_url} (model {self.model_id})"
         data = list(getattr(response, "data", None) or [])
         if len(data) != n:
             raise EncoderError(
@@ -249,12 +213,6 @@ class OpenAIEmbeddingsEncoder:
             )
         return normalise_rows(matrix, source=where)
 
-    def _scrub(self, text: str, limit: int = 300) -> str:
-        one_line = " ".join(text.split())
-        if self._secret:
-            one_line = one_line.replace(self._secret, "<api key>")
-        return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
-
     def _call(self, fn: Callable[[], _T]) -> _T:
         """Run one client call; map what still fails after the client's retries.
 
@@ -268,71 +226,35 @@ class OpenAIEmbeddingsEncoder:
         raise failure
 
     def _map_error(self, exc: openai.OpenAIError) -> EncoderError:
-        where = self.base_url
-        retries = f"{self._retries} retr{'y' if self._retries == 1 else 'ies'}"
-        detail = self._scrub(getattr(exc, "message", None) or str(exc))
-        err: EncoderError
-        if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-            unset = (
-                ""
-                if self._key_is_set
-                else f" ({self._api_key_env} is unset, so {PLACEHOLDER_KEY!r} was sent)"
-            )
-            err = EncoderError(
-                f"{where} rejected the API key (HTTP {exc.status_code}){unset}: set {self._api_key_env} "
-                "to a key this server accepts (vLLM: the value of its --api-key)"
-            )
-        elif isinstance(exc, openai.NotFoundError):
-            err = EncoderError(
-                f"{where} answered 404 for model {self._model!r} ({detail}): use a model name the server "
-                f"serves (GET {where}/models lists them; vLLM: --served-model-name), and a base_url "
-                "that ends in /v1"
-            )
-        elif isinstance(exc, openai.RateLimitError):
-            err = EncoderUnavailable(
-                f"{where} still answered 429 Too Many Requests after {retries}: run fewer embedding "
-                "jobs at once or raise max_retries, then rerun"
-            )
-        elif isinstance(exc, openai.APITimeoutError):
-            err = EncoderUnavailable(
-                f"{where} did not answer within {self._timeout_s:g} s, {retries} included: raise "
-                "timeout_s or lower batch_size, then rerun"
-            )
-        elif isinstance(exc, openai.APIConnectionError):
-            err = EncoderUnavailable(
-                f"cannot reach the embeddings server at {where} after {retries} ({detail}): is it "
-                "running? check base_url, then rerun"
-            )
-        elif isinstance(exc, openai.APIStatusError) and exc.status_code >= 500:
-            err = EncoderUnavailable(
-                f"{where} kept failing with HTTP {exc.status_code} after {retries} ({detail}): the "
-                "server is having trouble; check its log, rerun later"
-            )
-        elif isinstance(exc, openai.BadRequestError):
-            err = EncoderError(
-                f"{where} refused the request for model {self._model!r} (HTTP 400: {detail}): a text "
-                "longer than the model's context? set truncate_prompt_tokens (vLLM) or shorten the passages"
-            )
-        elif isinstance(exc, openai.APIStatusError):
-            err = EncoderError(
-                f"{where} refused the request for model {self._model!r} (HTTP {exc.status_code}: {detail})"
-            )
-        else:
-            err = EncoderError(f"embeddings request to {where} failed: {type(exc).__name__}: {detail}")
-        if not self._chain_carries_secret(exc):
-            err.__cause__ = exc
-        err.__suppress_context__ = True
-        return err
+        status = getattr(exc, "status_code", None)
+        unset = (
+            "" if self._key_is_set else f" ({self._api_key_env} is unset, so {PLACEHOLDER_KEY!r} was sent)"
+        )
+        values = {"where": self.base_url, "model": self.model_id, "status": status, "unset": unset,
+                  "key": self._api_key_env, "timeout": f"{self._timeout_s:g}",
+                  "retries": f"{self._retries} retr{'y' if self._retries == 1 else 'ies'}",
+                  "detail": scrub(getattr(exc, "message", None) or str(exc), self._secret),
+                  "kind": type(exc).__name__}  # fmt: skip
+        kind, message = next((k, m) for test, k, m in _ERRORS if test(exc, status))
+        return chained(kind(message.format(**values)), exc, self._secret)
 
-    def _chain_carries_secret(self, exc: BaseException) -> bool:
-        if not self._secret:
-            return False
-        link: BaseException | None = exc
-        while link is not None:
-            if self._secret in str(link) or self._secret in repr(link):
-                return True
-            link = link.__cause__ or link.__context__
-        return False
+
+def _is(*kinds: type[openai.OpenAIError]) -> Callable[[openai.OpenAIError, int | None], bool]:
+    return lambda exc, _status: isinstance(exc, kinds)
+
+
+_ERRORS: tuple[tuple[Callable[[openai.OpenAIError, int | None], bool], type[EncoderError], str], ...] = (
+    (_is(openai.AuthenticationError, openai.PermissionDeniedError), EncoderError, "{where} rejected the API key (HTTP {status}){unset}: set {key} to a key this server accepts (vLLM: the value of its --api-key)"),
+    (_is(openai.NotFoundError), EncoderError, "{where} answered 404 for model {model!r} ({detail}): use a model name the server serves (GET {where}/models lists them; vLLM: --served-model-name), and a base_url that ends in /v1"),
+    (_is(openai.RateLimitError), EncoderUnavailable, "{where} still answered 429 Too Many Requests after {retries}: run fewer embedding jobs at once or raise max_retries, then rerun"),
+    (_is(openai.APITimeoutError), EncoderUnavailable, "{where} did not answer within {timeout} s, {retries} included: raise timeout_s or lower batch_size, then rerun"),
+    (_is(openai.APIConnectionError), EncoderUnavailable, "cannot reach the embeddings server at {where} after {retries} ({detail}): is it running? check base_url, then rerun"),
+    (lambda exc, _: isinstance(exc, openai.APIStatusError) and exc.status_code >= 500, EncoderUnavailable, "{where} kept failing with HTTP {status} after {retries} ({detail}): the server is having trouble; check its log, rerun later"),
+    (_is(openai.BadRequestError), EncoderError, "{where} refused the request for model {model!r} (HTTP 400: {detail}): a text longer than the model's context? set truncate_prompt_tokens (vLLM) or shorten the passages"),
+    (_is(openai.APIStatusError), EncoderError, "{where} refused the request for model {model!r} (HTTP {status}: {detail})"),
+    (lambda _exc, _status: True, EncoderError, "embeddings request to {where} failed: {kind}: {detail}"),
+)  # fmt: skip
+"""(test, error class, message) in order: the first whose test holds maps the failure."""
 
 
 def _inputs(n: int) -> str:

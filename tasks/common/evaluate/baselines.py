@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from tasks.common.embed.port import Encoder
 from tasks.common.evaluate.metrics import EvaluationError
-from tasks.common.search.embedded import EmbeddedBackend
+from tasks.common.search.embedded.backend import EmbeddedBackend
 from tasks.common.search.port import PASSAGE_SCHEMA, vectors_column
 
 Run = dict[str, dict[str, float]]

@@ -20,7 +20,7 @@ run of its command, model load included, by ``timeout_s`` (default 3600 s; a req
 the other engines: 120 s) and re-runs failed lines up to ``max_attempts`` rounds; its
 concurrency is vLLM's own (``--max-num-seqs`` in ``batch_command``).
 
-``grammar_field`` says where a request's GBNF grammar goes (:mod:`tasks.common.llm.openai_chat`).
+``grammar_field`` says where a request's GBNF grammar goes (:mod:`tasks.common.llm.wire`).
 ``"auto"`` picks ``"grammar"`` for the embedded llama.cpp server and ``"none"`` for the
 other engines: OpenAI has no grammar field and refuses unknown ones, and which field a
 vLLM reads depends on its version (``guided_grammar`` before 0.11, ``structured_outputs``
@@ -42,9 +42,10 @@ from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from irforge.fingerprint import Transport
 from tasks.common.llm.llama_server import LlamaServer
-from tasks.common.llm.openai_chat import GrammarField, OpenAIChatModel
+from tasks.common.llm.openai_chat import OpenAIChatModel
 from tasks.common.llm.port import ChatModel, Sampling
 from tasks.common.llm.vllm_batch import VLLMBatchChatModel
+from tasks.common.llm.wire import GrammarField
 
 DEMO_MODEL = "gemma-3-270m-q4_k_m"
 """The model id of the embedded default (what the llama.cpp server is asked to call it)."""

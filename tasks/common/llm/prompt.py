@@ -5,7 +5,7 @@ leading ``<!-- ... -->`` comment documents it and is not sent (see ``prompts/REA
 The digest is the sha256 of the file's bytes, header included: it belongs in the
 fingerprint of every stage that sends the prompt, so editing the file reruns the stage.
 Which placeholders a prompt must use is the caller's rule (``tasks/evidencebench/llm_steps.py``,
-``tasks/common/translate/llm.py``, ``tasks/cure/stages/judge.py``).
+``tasks/common/translate/llm.py``, ``tasks/cure/judgement.py``).
 """
 
 from __future__ import annotations

@@ -61,15 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tasks.common.llm.cache import plain
 from tasks.common.llm.llama_server import log_tail, stop_process_group
-from tasks.common.llm.openai_chat import (
-    GrammarField,
-    check_grammar_field,
-    check_requests,
-    grammar_fields,
-    merge_fields,
-)
 from tasks.common.llm.port import (
     ChatFailure,
     ChatModelError,
@@ -80,6 +72,7 @@ from tasks.common.llm.port import (
     Validator,
 )
 from tasks.common.llm.vllm_batch_output import Attempt, read_attempt, read_output
+from tasks.common.llm.wire import GrammarField, check_requests, check_settings, reply_options, request_fields
 
 StructuredOutput = Literal["json_schema", "structured_outputs", "json_object", "none"]
 STRUCTURED_OUTPUTS: tuple[StructuredOutput, ...] = (
@@ -160,15 +153,9 @@ class VLLMBatchChatModel:
                     f"the vllm run-batch command {command!r} has no {placeholder} placeholder: "
                     "the adapter could not pass its batch files"
                 )
-        if structured_output not in STRUCTURED_OUTPUTS:
-            raise ChatModelError(
-                f"structured_output {structured_output!r}: use one of {', '.join(STRUCTURED_OUTPUTS)}"
-            )
-        check_grammar_field(grammar_field)
-        if max_attempts < 1:
-            raise ChatModelError(f"max_attempts must be at least 1, got {max_attempts}")
-        if max_invalid_retries < 0:
-            raise ChatModelError(f"max_invalid_retries must be >= 0, got {max_invalid_retries}")
+        check_settings(
+            structured_output, STRUCTURED_OUTPUTS, grammar_field, max_attempts, max_invalid_retries
+        )
         if timeout_s is not None and timeout_s <= 0:
             raise ChatModelError(f"timeout_s must be positive, got {timeout_s}")
         self.model = model.strip()
@@ -185,13 +172,7 @@ class VLLMBatchChatModel:
     # -- the port ---------------------------------------------------------------------
 
     def options(self) -> dict[str, Any]:
-        # grammar_field changes only requests that carry a grammar; the reply cache's key
-        # leaves it out for the others (tasks.common.llm.cache.request_key).
-        return {
-            "structured_output": self._structured_output,
-            "grammar_field": self._grammar_field,
-            "extra_args": list(self._extra_args),
-        }
+        return reply_options(self._structured_output, self._grammar_field, extra_args=list(self._extra_args))
 
     def run(
         self,
@@ -250,18 +231,7 @@ class VLLMBatchChatModel:
         }
         if sampling.seed is not None:
             body["seed"] = sampling.seed + ask - 1
-        if request.json_schema is not None:
-            schema = plain(request.json_schema)
-            if self._structured_output == "json_schema":
-                body["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {"name": request.schema_name, "schema": schema, "strict": True},
-                }
-            elif self._structured_output == "structured_outputs":
-                body["structured_outputs"] = {"json": schema}
-            elif self._structured_output == "json_object":
-                body["response_format"] = {"type": "json_object", "schema": schema}
-        merge_fields(body, grammar_fields(self._grammar_field, request.grammar))
+        body.update(request_fields(self._structured_output, self._grammar_field, request))
         return {"custom_id": request.custom_id, "method": "POST", "url": CHAT_URL, "body": body}
 
     def command_line(self, input_path: Path, output_path: Path) -> list[str]:

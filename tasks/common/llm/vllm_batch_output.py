@@ -7,7 +7,7 @@ vLLM writes one line per request, in input order, as requests finish
 
 ``body`` is a chat completion, or null when the request failed (``error`` then says why).
 A failed line is worth sending again unless its status is a 4xx other than 408, 409 and
-429 (the same request is refused again), as in :mod:`tasks.common.llm.openai_chat`.
+429 (the same request is refused again), as in :mod:`tasks.common.llm.wire`.
 A run that was stopped (timeout) or crashed leaves the lines written so far, the last one
 possibly cut: :func:`read_output` with ``partial=True`` keeps every complete line, so the
 replies already paid for are not lost (:mod:`tasks.common.llm.vllm_batch`).
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.common.llm.openai_chat import RETRIED_4XX
 from tasks.common.llm.port import ChatModelError, ChatRequest, FailureReason, ReplyInvalid, Validator
+from tasks.common.llm.wire import RETRIED_4XX
 
 _DETAIL_CHARS = 300
 

@@ -1,4 +1,5 @@
-"""Where an in-process model comes from: a builtin model, a local directory or the Hugging Face Hub.
+"""Where an in-process model comes from (a builtin model, a local directory or the Hugging Face
+Hub) and the device it runs on.
 
 Shared by :mod:`tasks.common.embed.local` and :mod:`tasks.common.rerank.local`, which differ only in their
 model class and error types. A hub id is first loaded from the local cache only (no network);
@@ -44,6 +45,20 @@ class ModelErrors:
     error: type[Exception]
     unavailable: type[Exception]
     alternative: str
+
+
+def select_device(device: str | None, errors: ModelErrors) -> str:
+    """``device`` when usable; None picks CUDA when torch sees a GPU, else the CPU."""
+    import torch  # noqa: PLC0415 -- ~1.5 s to import: only when a model is built
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise errors.unavailable(
+            f"device {device!r} requested but torch sees no CUDA GPU here (torch {torch.__version__}): "
+            "leave device unset to use the CPU"
+        )
+    return device
 
 
 def looks_like_path(model: str) -> bool:

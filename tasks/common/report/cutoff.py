@@ -26,7 +26,7 @@ JUDGE_STAGE = "judge"  # the stage whose config ``pool`` is the cut-off the judg
 @dataclass(frozen=True)
 class RunCutoff:
     cutoff: PoolCutoff
-    source: str  # e.g. "the judge stage's config", "the config file flows/configs/cure.yaml"
+    source: str  # e.g. "the judge stage's config", "the config file flows/configs/<flow>.yaml"
 
 
 def run_cutoff(judge_config: Mapping[str, Any] | None, config_file: str | None) -> RunCutoff:

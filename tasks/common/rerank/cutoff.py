@@ -2,7 +2,7 @@
 
 Scores are stored, cut-offs are views: :func:`apply_cutoff` is the one place a cut-off is
 applied, by the judge (through ``pool_view`` in ``tasks/cure/stages/pool.py``) and by the run report
-(``tasks/common/report/data.py``), so the report counts the pools the judge was given.
+(``tasks/cure/report/judging.py``), so the report counts the pools the judge was given.
 """
 
 from __future__ import annotations

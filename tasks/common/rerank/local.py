@@ -55,17 +55,10 @@ import torch
 from sentence_transformers import CrossEncoder
 
 from tasks.common.embed.local import model_files_digest
+from tasks.common.models import hub
 from tasks.common.models.hub import ModelErrors, load_from_hub, locate_model, one_line, snapshot_commit
 from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, builtin_cross_encoder_path
-from tasks.common.rerank.port import (
-    F64,
-    ProgressFn,
-    RerankerError,
-    RerankerUnavailable,
-    ScoredPairs,
-    check_pairs,
-    describe_scores,
-)
+from tasks.common.rerank.port import F64, ProgressFn, RerankerBase, RerankerError, RerankerUnavailable
 
 ENGINE = "sentence-transformers"
 DEFAULT_MODEL = "Alibaba-NLP/gte-multilingual-reranker-base"
@@ -77,19 +70,7 @@ _LENGTH_CHUNK = 4096  # pairs tokenised at once to sort them: bounds the memory 
 _ERRORS = ModelErrors(RerankerError, RerankerUnavailable, alternative=f"{MINILM_CROSS_ENCODER!r} for a demo")
 
 
-def select_device(device: str | None) -> str:
-    """``device`` when usable; None picks CUDA when torch sees a GPU, else the CPU."""
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RerankerUnavailable(
-            f"device {device!r} requested but torch sees no CUDA GPU here (torch {torch.__version__}): "
-            "leave device unset to use the CPU"
-        )
-    return device
-
-
-class CrossEncoderReranker:
+class CrossEncoderReranker(RerankerBase):
     """The :class:`~tasks.common.rerank.port.Reranker` port on a sentence-transformers ``CrossEncoder``.
 
     ``trust_remote_code`` None means: True for :data:`DEFAULT_MODEL` (its architecture is
@@ -134,7 +115,7 @@ class CrossEncoderReranker:
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
         self.precision: Precision = precision
-        self.device = select_device(device)
+        self.device = hub.select_device(device, _ERRORS)
         self._trust_remote_code = model == DEFAULT_MODEL if trust_remote_code is None else trust_remote_code
         self._cache_folder = (
             str(cache_folder) if cache_folder is not None else os.environ.get("SENTENCE_TRANSFORMERS_HOME")
@@ -143,7 +124,7 @@ class CrossEncoderReranker:
         self._files_digest: str | None = None
 
         # self.path is the local model directory (None for a hub id); the model id is its name
-        self.path, self._model_id = locate_model(
+        self.path, self.model = locate_model(
             model,
             revision,
             lambda name: builtin_cross_encoder_path(name, builtin_cache_dir),
@@ -156,37 +137,23 @@ class CrossEncoderReranker:
             if self.path is not None
             else self._load_hub(model, revision, max_length)
         )
-        self._revision = None if self.path is not None else self._resolve_commit(model, revision)
+        self.revision = None if self.path is not None else self._resolve_commit(model, revision)
         if self._model.num_labels != 1:
             raise RerankerError(
-                f"model {self._model_id} has {self._model.num_labels} outputs: pooling needs a cross-encoder "
+                f"model {self.model} has {self._model.num_labels} outputs: pooling needs a cross-encoder "
                 "with one relevance logit (num_labels=1)"
             )
 
     # -- the port ---------------------------------------------------------------------
 
     @property
-    def model(self) -> str:
-        return self._model_id
-
-    @property
-    def revision(self) -> str | None:
-        return self._revision
-
-    @property
     def max_length(self) -> int:
         value = self._model.max_seq_length
         if value is None:  # not reached: the constructor always sets it
-            raise RerankerError(f"model {self._model_id} has no maximum sequence length")
+            raise RerankerError(f"model {self.model} has no maximum sequence length")
         return int(value)
 
-    def score(
-        self, queries: Sequence[str], passages: Sequence[str], progress: ProgressFn | None = None
-    ) -> ScoredPairs:
-        qs, ps = check_pairs(queries, passages)
-        if not qs:
-            return ScoredPairs.empty()
-        source = f"model {self._model_id}"
+    def _logits(self, qs: list[str], ps: list[str], progress: ProgressFn | None) -> F64:
         logits = np.empty(len(qs), dtype=np.float64)
         with self._lock:
             lengths = self.token_lengths(qs, ps)
@@ -194,23 +161,22 @@ class CrossEncoderReranker:
             done = 0
             for batch in self._batches(lengths[order]):
                 idx = order[batch]
-                logits[idx] = self._predict([(qs[i], ps[i]) for i in idx], source)
+                logits[idx] = self._predict([(qs[i], ps[i]) for i in idx], self._source())
                 done += len(idx)
                 if progress is not None:
                     progress(done, len(qs))
-        return ScoredPairs.from_logits(logits, source=source)
+        return logits
 
-    def describe(self) -> dict[str, Any]:
+    def _source(self) -> str:
+        return f"model {self.model}"
+
+    def _described(self) -> dict[str, Any]:
         if self.path is not None and self._files_digest is None:
             self._files_digest = model_files_digest(self.path)
         return {
-            "engine": ENGINE,
-            "model": self._model_id,
-            "revision": self._revision,
             "files_digest": self._files_digest,
             "max_length": self.max_length,
             "precision": self.precision,
-            **describe_scores(),
         }
 
     # -- extras -----------------------------------------------------------------------
@@ -232,7 +198,7 @@ class CrossEncoderReranker:
         return out
 
     def __repr__(self) -> str:
-        return f"CrossEncoderReranker(model={self._model_id!r}, device={self.device!r}, precision={self.precision!r})"
+        return f"CrossEncoderReranker(model={self.model!r}, device={self.device!r}, precision={self.precision!r})"
 
     # -- internals --------------------------------------------------------------------
 
@@ -284,7 +250,7 @@ class CrossEncoderReranker:
         limit = getattr(ce.config, "max_position_embeddings", None)
         if isinstance(limit, int) and max_length > limit:
             raise RerankerError(
-                f"max_length {max_length} exceeds what {self._model_id} can read ({limit} tokens)"
+                f"max_length {max_length} exceeds what {self.model} can read ({limit} tokens)"
             )
         ce.max_seq_length = max_length
         return ce

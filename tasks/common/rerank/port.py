@@ -27,6 +27,7 @@ request), so both adapters refuse it the same way, naming the pair.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -185,3 +186,42 @@ def check_pairs(queries: Sequence[str], passages: Sequence[str]) -> tuple[list[s
 def describe_scores() -> dict[str, str]:
     """The part of every :meth:`Reranker.describe` that says what the scores are."""
     return {"activation": ACTIVATION, "probability": PROBABILITY}
+
+
+class RerankerBase(ABC):
+    """What both adapters share: the pair checks, the scores built from logits and the layout
+    of :meth:`describe`. An adapter sets ``engine``, ``model`` and ``revision`` and implements
+    :meth:`_logits`, :meth:`_source` and :meth:`_described`."""
+
+    engine: str
+    model: str
+    revision: str | None
+
+    def score(
+        self, queries: Sequence[str], passages: Sequence[str], progress: ProgressFn | None = None
+    ) -> ScoredPairs:
+        qs, ps = check_pairs(queries, passages)
+        if not qs:
+            return ScoredPairs.empty()
+        return ScoredPairs.from_logits(self._logits(qs, ps, progress), source=self._source())
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "model": self.model,
+            "revision": self.revision,
+            **self._described(),
+            **describe_scores(),
+        }
+
+    @abstractmethod
+    def _logits(self, queries: list[str], passages: list[str], progress: ProgressFn | None) -> F64:
+        """The raw logit of every pair (at least one), in input order."""
+
+    @abstractmethod
+    def _source(self) -> str:
+        """Who computed the scores, as error messages name it."""
+
+    @abstractmethod
+    def _described(self) -> dict[str, Any]:
+        """The adapter's own fingerprint material (model files, maximum length, precision)."""

@@ -51,22 +51,14 @@ import random
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import httpx
 import numpy as np
 
-from tasks.common.rerank.port import (
-    F64,
-    ProgressFn,
-    RerankerError,
-    RerankerUnavailable,
-    ScoredPairs,
-    check_pairs,
-    describe_scores,
-)
+from tasks.common.models.secrets import scrub
+from tasks.common.rerank.port import F64, ProgressFn, RerankerBase, RerankerError, RerankerUnavailable
 from tasks.common.urls import public_url
 
 logger = logging.getLogger(__name__)
@@ -77,7 +69,7 @@ KNOWN_FIELDS = (DEFAULT_FIELDS, ("data_1", "data_2"), ("text_1", "text_2"))
 RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
-class VLLMScoreReranker:
+class VLLMScoreReranker(RerankerBase):
     """The :class:`~tasks.common.rerank.port.Reranker` port on a vLLM ``/score`` endpoint. Safe to share
     between threads; close it (or use it as a context manager) to release its connections."""
 
@@ -130,8 +122,8 @@ class VLLMScoreReranker:
         self.batch_size = batch_size
         self.max_concurrency = max_concurrency
         self.truncate_prompt_tokens = truncate_prompt_tokens
-        self._model = model.strip()
-        self._revision = revision
+        self.model = model.strip()
+        self.revision = revision
         self._timeout_s = timeout_s
         self._max_retries = max_retries
         self._backoff_s = backoff_s
@@ -150,18 +142,7 @@ class VLLMScoreReranker:
 
     # -- the port ---------------------------------------------------------------------
 
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @property
-    def revision(self) -> str | None:
-        return self._revision
-
-    def score(
-        self, queries: Sequence[str], passages: Sequence[str], progress: ProgressFn | None = None
-    ) -> ScoredPairs:
-        qs, ps = check_pairs(queries, passages)
+    def _logits(self, qs: list[str], ps: list[str], progress: ProgressFn | None) -> F64:
         n = len(qs)
         logits = np.empty(n, dtype=np.float64)
         starts = range(0, n, self.batch_size)
@@ -171,7 +152,7 @@ class VLLMScoreReranker:
                 logits[start:stop] = self._score_batch(qs[start:stop], ps[start:stop], start)
                 if progress is not None:
                     progress(stop, n)
-            return ScoredPairs.from_logits(logits, source=self.base_url)
+            return logits
         done = 0
         with ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="vllm-score") as pool:
             pending: dict[Future[F64], slice] = {}
@@ -190,16 +171,13 @@ class VLLMScoreReranker:
             finally:
                 for future in pending:
                     future.cancel()  # an error: do not start the batches still queued
-        return ScoredPairs.from_logits(logits, source=self.base_url)
+        return logits
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "engine": ENGINE,
-            "model": self._model,
-            "revision": self._revision,
-            "max_length": self.truncate_prompt_tokens,
-            **describe_scores(),
-        }
+    def _source(self) -> str:
+        return self.base_url
+
+    def _described(self) -> dict[str, Any]:
+        return {"max_length": self.truncate_prompt_tokens}
 
     # -- extras -----------------------------------------------------------------------
 
@@ -213,13 +191,13 @@ class VLLMScoreReranker:
         self.close()
 
     def __repr__(self) -> str:
-        return f"VLLMScoreReranker(base_url={self.base_url!r}, model={self._model!r})"
+        return f"VLLMScoreReranker(base_url={self.base_url!r}, model={self.model!r})"
 
     # -- internals --------------------------------------------------------------------
 
     def _score_batch(self, queries: list[str], passages: list[str], offset: int) -> F64:
         body: dict[str, Any] = {
-            "model": self._model,
+            "model": self.model,
             self.fields[0]: queries,
             self.fields[1]: passages,
             "use_activation": False,
@@ -273,7 +251,7 @@ class VLLMScoreReranker:
 
     def _refused(self, response: httpx.Response, endpoint: str) -> RerankerError:
         status = response.status_code
-        detail = self._scrub(_error_detail(response))
+        detail = scrub(_error_detail(response), self._secret)
         if status in (401, 403):
             unset = "" if self._secret else f" ({self._api_key_env} is unset, so no key was sent)"
             return RerankerError(
@@ -286,13 +264,13 @@ class VLLMScoreReranker:
                 "lists them; vLLM: --served-model-name), and a server started with --runner pooling"
             )
         return RerankerError(
-            f"{endpoint} refused the request for model {self._model!r} (HTTP {status}: {detail}): a vLLM "
+            f"{endpoint} refused the request for model {self.model!r} (HTTP {status}: {detail}): a vLLM "
             f"that expects other field names than {self.fields}? (set fields), or a pair longer than the "
             "model's context (set truncate_prompt_tokens)"
         )
 
     def _scores(self, payload: Any, n: int, offset: int) -> F64:
-        where = f"{self.base_url}/score (model {self._model})"
+        where = f"{self.base_url}/score (model {self.model})"
         data = payload.get("data") if isinstance(payload, dict) else None
         if not isinstance(data, list):
             raise RerankerError(f"{where} answered without a 'data' list: not vLLM's /score protocol")
@@ -315,12 +293,6 @@ class VLLMScoreReranker:
                 f"{where} returned {int(seen.sum())} scores for {n} pairs; missing pair {shown}: rerun"
             )
         return out
-
-    def _scrub(self, text: str, limit: int = 300) -> str:
-        one_line = " ".join(text.split())
-        if self._secret:
-            one_line = one_line.replace(self._secret, "<api key>")
-        return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
 
 
 def _retry_after(response: httpx.Response) -> float | None:

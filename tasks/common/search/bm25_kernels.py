@@ -1,6 +1,6 @@
 """tantivy's BM25, scored eagerly: a term -> passage matrix of precomputed weights, numba kernels.
 
-:meth:`tasks.common.search.embedded.EmbeddedBackend.bm25` promises tantivy's BM25 (a ``should``
+:meth:`tasks.common.search.embedded.backend.EmbeddedBackend.bm25` promises tantivy's BM25 (a ``should``
 of one term query per analysed token). tantivy scores it lazily, posting by posting, and
 its union does not skip non-competitive passages; this module scores the same sum from a
 matrix built once per index state (the bm25s idea), with dynamic pruning:
@@ -21,8 +21,8 @@ matrix built once per index state (the bm25s idea), with dynamic pruning:
   seen can enter the top k (MaxScore's rule), and the remaining terms only update the
   candidates still able to reach it, refiltered after each term. A remaining term is
   looked up per candidate in its dense row (terms in 1 / :data:`DENSE` of the passages or
-  more also get one: one load a candidate), else read through when it has fewer than
-  :data:`_SCAN` postings a candidate, else merged with the candidates by galloping. Every
+  more also get one: one load a candidate), else read through when it has fewer than 8
+  postings a candidate, else merged with the candidates by galloping. Every
   passage's terms are added in the same order, so passages with the same statistics tie
   exactly; the score reported is the float64 sum rounded to float32 (tantivy sums in
   float32: the two differ by a few ulps). The top k is taken by (float32 score
@@ -39,8 +39,9 @@ scores such a term 0 and returns the passages it alone matches, which this kerne
 Memory: 8 bytes a posting plus 4 bytes a passage per dense term (~210 MB at 200,000
 passages of 117 words).
 
-Kernels are compiled by :func:`tasks.common.jit.compiled` (numba, cached, GIL released); :func:`search` runs one
-kernel call per thread on contiguous slices of the batch.
+Kernels are compiled by :func:`tasks.common.jit.compiled` (numba, cached, GIL released): the
+matrix's here, the per-query ones in :mod:`tasks.common.search.bm25_maxscore`. :func:`search`
+runs one kernel call per thread on contiguous slices of the batch.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tasks.common.jit import compiled
+from tasks.common.search.bm25_maxscore import maxscore
 
 __all__ = ["FIELD_NORMS", "Bm25Matrix", "fieldnorm_ids", "search"]
 
@@ -67,10 +69,7 @@ B1 = npt.NDArray[np.bool_]
 
 K1: Final = np.float32(1.2)  # tantivy's BM25 parameters, as float32 (tantivy's Score type)
 B: Final = np.float32(0.75)
-_LOW: Final = np.int64(0xFFFFFFFF)  # low 32 bits of a ranking key: 2**32 - 1 - id rank
 DENSE = 8  # terms in at least 1 / DENSE of the passages also get a dense row of weights
-_SCAN = 8  # phase 2 reads a sparse term's postings through when under this many a candidate
-_MARGIN: Final = 1e-6  # relative: prune only what is clearly below the k-th score (float32 ulp: 6e-8)
 
 
 def _field_norm_table() -> npt.NDArray[np.uint32]:
@@ -150,233 +149,8 @@ def _max_weights_py(indptr: I64, weights: F32) -> F64:
     return out
 
 
-def _sift_down_f64_py(heap: F64, size: int, i: int) -> None:
-    while True:
-        left = 2 * i + 1
-        if left >= size:
-            return
-        child = left
-        if left + 1 < size and heap[left + 1] < heap[left]:
-            child = left + 1
-        if heap[child] < heap[i]:
-            heap[i], heap[child] = heap[child], heap[i]
-            i = child
-        else:
-            return
-
-
-def _sift_down_i64_py(heap: I64, size: int, i: int) -> None:
-    while True:
-        left = 2 * i + 1
-        if left >= size:
-            return
-        child = left
-        if left + 1 < size and heap[left + 1] < heap[left]:
-            child = left + 1
-        if heap[child] < heap[i]:
-            heap[i], heap[child] = heap[child], heap[i]
-            i = child
-        else:
-            return
-
-
-def _kth_py(acc: F64, rows: I32, count: int, k: int, heap: F64) -> float:
-    """The k-th largest of ``acc[rows[:count]]`` (count >= k): a min-heap of the best k."""
-    for i in range(k):
-        heap[i] = acc[rows[i]]
-    for i in range(k // 2 - 1, -1, -1):
-        _sift_down_f64(heap, k, i)
-    for i in range(k, count):
-        v = acc[rows[i]]
-        if v > heap[0]:
-            heap[0] = v
-            _sift_down_f64(heap, k, 0)
-    return float(heap[0])
-
-
-def _merge_add_py(
-    acc: F64, cands: I32, lo: int, hi: int, docs: I32, weights: F32, a: int, b: int, c: float
-) -> None:
-    """Add ``c x`` the weight of each of ``cands[lo:hi]`` (ascending) found in postings ``docs[a:b]``.
-
-    A galloping merge: from each candidate's place, steps of 1, 2, 4, ... then a binary search."""
-    p = a
-    for j in range(lo, hi):
-        d = cands[j]
-        if p >= b:
-            return
-        if docs[p] < d:
-            step = 1
-            while p + step < b and docs[p + step] < d:
-                p += step
-                step <<= 1
-            upper = min(p + step, b)  # docs[p] < d <= docs[upper] (or upper == b)
-            p += 1
-            while p < upper:
-                mid = (p + upper) >> 1
-                if docs[mid] < d:
-                    p = mid + 1
-                else:
-                    upper = mid
-            if p >= b:
-                return
-        if docs[p] == d:
-            acc[d] += c * weights[p]
-            p += 1
-
-
-def _keep_py(acc: F64, rows: I32, runs: I64, nr: int, out: I32, rest: float, floor: float) -> int:
-    """Copy the rows of runs ``0:nr`` with ``acc + rest >= floor`` to ``out`` (may be ``rows``),
-    run by run, updating ``runs``; returns how many."""
-    kept = 0
-    start = runs[0]
-    for r in range(nr):
-        end = runs[r + 1]
-        for j in range(start, end):
-            d = rows[j]
-            out[kept] = d
-            kept += acc[d] + rest >= floor
-        start = end
-        runs[r + 1] = kept
-    return kept
-
-
-def _search_py(
-    indptr: I64,
-    docs: I32,
-    weights: F32,
-    max_weight: F64,
-    dense_slot: I32,
-    dense: F32,
-    id_rank: I64,
-    by_rank: I64,
-    q_terms: I32,
-    q_starts: I64,
-    lo: int,
-    hi: int,
-    k: int,
-    out_rows: I32,
-    out_scores: F32,
-    out_counts: I32,
-) -> None:
-    """Top ``k`` of queries ``lo:hi`` into ``out_*[q]``; see the module docstring."""
-    n = id_rank.shape[0]
-    acc = np.zeros(n, dtype=np.float64)
-    touched = np.empty(n + 1, dtype=np.int32)  # one spare: written before the count says so
-    alive = np.empty(n, dtype=np.int32)
-    heap = np.empty(k, dtype=np.float64)
-    keys = np.empty(k, dtype=np.int64)
-    bits = np.empty(1, dtype=np.float32)
-    as_int = bits.view(np.int32)
-    low = 1.0 - _MARGIN
-    for q in range(lo, hi):
-        raw = np.sort(q_terms[q_starts[q] : q_starts[q + 1]])
-        raw = raw[np.searchsorted(raw, 0) :]  # -1: an unknown term
-        m = 0
-        terms = np.empty(raw.shape[0], dtype=np.int64)
-        mult = np.empty(raw.shape[0], dtype=np.float64)
-        for i in range(raw.shape[0]):
-            if m > 0 and terms[m - 1] == raw[i]:
-                mult[m - 1] += 1.0
-            else:
-                terms[m] = raw[i]
-                mult[m] = 1.0
-                m += 1
-        bound = np.empty(m, dtype=np.float64)
-        for i in range(m):
-            bound[i] = mult[i] * max_weight[terms[i]]
-        order = np.argsort(-bound, kind="mergesort")  # stable: ties by term id
-        rest = np.zeros(m + 1, dtype=np.float64)  # rest[i]: bounds of the terms from i on
-        for i in range(m - 1, -1, -1):
-            rest[i] = rest[i + 1] + bound[order[i]]
-        nt = 0
-        top = 0.0
-        theta = 0.0
-        i = 0
-        pruned = False
-        runs = np.zeros(m + 1, dtype=np.int64)  # touched[runs[r]:runs[r + 1]]: first seen by term r
-        while i < m:
-            t = terms[order[i]]
-            c = mult[order[i]]
-            for p in range(indptr[t], indptr[t + 1]):
-                d = docs[p]
-                v = acc[d]
-                touched[nt] = d  # kept when first seen: branch-free (the branch mispredicts)
-                nt += v == 0.0
-                v += c * weights[p]
-                acc[d] = v
-                top = max(top, v)
-            i += 1
-            runs[i] = nt
-            if i < m and nt >= k and rest[i] < top * low:
-                theta = _kth(acc, touched, nt, k, heap)
-                if rest[i] < theta * low:
-                    pruned = True
-                    break
-        cands = touched
-        nc = nt
-        if pruned:
-            # The candidates still able to reach the top k. Each term's run of first-seen
-            # passages is ascending (postings are), and so stays each run of candidates.
-            nr = i
-            nc = _keep(acc, touched, runs, nr, alive, rest[i], theta * low)
-            cands = alive
-            while i < m:
-                t = terms[order[i]]
-                c = mult[order[i]]
-                slot = dense_slot[t]
-                if slot >= 0:  # a frequent term: its weights by passage, one load each
-                    row = dense[slot]
-                    for j in range(nc):
-                        d = cands[j]
-                        acc[d] += c * row[d]
-                elif indptr[t + 1] - indptr[t] < _SCAN * nc:  # few postings a candidate: read them all
-                    for p in range(indptr[t], indptr[t + 1]):
-                        d = docs[p]
-                        v = acc[d]
-                        acc[d] = v + (v != 0.0) * (c * weights[p])  # passages never seen stay 0
-                else:
-                    for r in range(nr):
-                        _merge_add(
-                            acc, cands, runs[r], runs[r + 1], docs, weights, indptr[t], indptr[t + 1], c
-                        )
-                i += 1
-                if nc > k:  # refilter: the bound of the terms left shrank, the k-th score grew
-                    theta = _kth(acc, cands, nc, k, heap)
-                    nc = _keep(acc, cands, runs, nr, cands, rest[i], theta * low)
-        # top k by (float32 score desc, id rank asc): one int64 key, a min-heap of the best k
-        size = 0
-        for j in range(nc):
-            d = cands[j]
-            bits[0] = acc[d]  # rounded to float32; positive, so its bits order like it
-            key = (np.int64(as_int[0]) << 32) | (_LOW - id_rank[d])
-            if size < k:
-                keys[size] = key
-                size += 1
-                if size == k:
-                    for h in range(k // 2 - 1, -1, -1):
-                        _sift_down_i64(keys, k, h)
-            elif key > keys[0]:
-                keys[0] = key
-                _sift_down_i64(keys, k, 0)
-        best = np.sort(keys[:size])[::-1]
-        for r in range(size):
-            as_int[0] = np.int32(best[r] >> 32)
-            out_scores[q, r] = bits[0]
-            out_rows[q, r] = by_rank[_LOW - (best[r] & _LOW)]
-        out_counts[q] = size
-        for j in range(nt):
-            acc[touched[j]] = 0.0
-
-
-_sift_down_f64 = compiled(_sift_down_f64_py)
-_sift_down_i64 = compiled(_sift_down_i64_py)
-_kth = compiled(_kth_py)
-_keep = compiled(_keep_py)
-_merge_add = compiled(_merge_add_py)
 _postings: Callable[[I32, I64, B1], tuple[I64, I32, I32]] = compiled(_postings_py)
 _max_weights: Callable[[I64, F32], F64] = compiled(_max_weights_py)
-_search: Callable[..., None] = compiled(_search_py)
 
 
 # ----------------------------------------------------------------------------- the matrix
@@ -447,7 +221,7 @@ def search(
         raise ValueError("query term ids out of range")
 
     def run(lo: int, hi: int) -> None:
-        _search(
+        maxscore(
             matrix.indptr,
             matrix.docs,
             matrix.weights,

@@ -46,14 +46,9 @@ import lxml.html
 from lxml import etree
 
 from tasks.common.text.document import ArticleMeta, Block, BlockKind, InputRejected, ParsedArticle
-from tasks.common.text.jats import (
-    FORMULA_TOKEN,
-    LIBXML2_LIMITS,
-    is_back_matter_title,
-    normalise_doi,
-    normalise_pmcid,
-)
-from tasks.common.text.licences import normalise_licence
+from tasks.common.text.identifiers import normalise_doi, normalise_pmcid
+from tasks.common.text.jats import FORMULA_TOKEN, LIBXML2_LIMITS, is_back_matter_title
+from tasks.common.text.licences import normalise_licence, shorten_statement
 
 # ISO 639-1 (and common 639-2) codes -> jusText stoplist names (justext.get_stoplists()).
 _STOPLISTS = {
@@ -109,7 +104,6 @@ _LICENCE_STATEMENT = re.compile(
     r"(?:Creative\s+Commons|CC)|Creative\s+Commons\s+(?:Attribution|CC0|Zero|Public\s+Domain)",
     re.IGNORECASE,
 )
-_LICENCE_TEXT_MAX = 500
 
 
 def parse_html(
@@ -312,7 +306,7 @@ def _meta(doc: Any) -> ArticleMeta:
         doi=normalise_doi(doi.removeprefix("info:doi/")) if doi else None,
         license=normalise_licence(url, statement, None),
         license_url=url,
-        license_text=_shorten(statement) if statement else None,
+        license_text=shorten_statement(statement) if statement else None,
         language=_page_language(doc, metas),
         article_type=first("citation_article_type", "dc.type"),
     )
@@ -390,12 +384,6 @@ def _enclosing_block(el: Any) -> Any:
     for ancestor in el.iterancestors("p", "li", "div", "section", "small", "footer", "td"):
         return ancestor
     return el
-
-
-def _shorten(text: str) -> str:
-    if len(text) <= _LICENCE_TEXT_MAX:
-        return text
-    return text[:_LICENCE_TEXT_MAX].rsplit(" ", 1)[0] + "…"
 
 
 def _norm(text: str) -> str:

@@ -37,13 +37,13 @@ from html.entities import name2codepoint
 from lxml import etree
 
 from tasks.common.text.document import ArticleMeta, Block, BlockKind, InputRejected, ParsedArticle
-from tasks.common.text.licences import normalise_licence
+from tasks.common.text.identifiers import normalise_doi, normalise_pmcid
+from tasks.common.text.licences import normalise_licence, shorten_statement
 
 FORMULA_TOKEN = "[formula]"
-_LICENCE_TEXT_MAX = 500
 
 # Never text: floats, formulas, back matter, sub-articles, structural labels.
-_SKIP = frozenset(
+NOT_TEXT = frozenset(
     {
         "fig", "fig-group", "table-wrap", "table-wrap-group", "table", "disp-formula",
         "disp-formula-group", "supplementary-material", "graphic", "inline-graphic", "media",
@@ -52,9 +52,9 @@ _SKIP = frozenset(
         "permissions", "preformat", "code", "alt-text", "long-desc", "attrib",
     }
 )  # fmt: skip
-_FORMULAS = frozenset({"inline-formula", "math", "tex-math"})
+FORMULAS = frozenset({"inline-formula", "math", "tex-math"})
 # Block-level elements that may sit inside a <p>: they end the paragraph's current run.
-_BLOCKS_IN_P = frozenset({"list", "def-list", "disp-quote", "boxed-text", "statement", "p", "sec"})
+BLOCKS_IN_P = frozenset({"list", "def-list", "disp-quote", "boxed-text", "statement", "p", "sec"})
 # Inline renderings of these need a space around them ("item one" "item two").
 _SPACED = frozenset({"p", "list-item", "list", "def-list", "def-item", "term", "def", "title", "break"})
 
@@ -95,7 +95,7 @@ _BACK_MATTER_TITLES = frozenset(
         "financiación", "conflicto de intereses", "referencias",
     }
 )  # fmt: skip
-_BACK_MATTER_SEC_TYPES = frozenset(
+BACK_MATTER_SEC_TYPES = frozenset(
     {"supplementary-material", "coi-statement", "ack", "author-contributions", "funding-information",
      "data-availability", "display-objects"}
 )  # fmt: skip
@@ -104,18 +104,13 @@ _BACK_MATTER_SEC_TYPES = frozenset(
 # Without XML_PARSE_HUGE (lxml's huge_tree, kept off against memory bombs), libxml2's
 # parserInternals.h: XML_MAX_TEXT_LENGTH, XML_MAX_NAME_LENGTH, xmlParserMaxDepth.
 LIBXML2_LIMITS = "10,000,000 bytes per text node, 50,000 per name, 256 levels of nesting"
+# Strict and offline: no DTD, no entity resolution, no network, libxml2's limits on.
+_STRICT = {"load_dtd": False, "resolve_entities": False, "no_network": True, "huge_tree": False}
 
 
 def parse_jats(data: bytes) -> ParsedArticle:
     """Metadata and text blocks of one JATS article; :class:`InputRejected` if it is not one."""
-    parser = etree.XMLParser(
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        remove_comments=True,
-        remove_pis=True,
-        huge_tree=False,
-    )
+    parser = etree.XMLParser(remove_comments=True, remove_pis=True, **_STRICT)
     try:
         root = etree.fromstring(data, parser)
     except etree.XMLSyntaxError as err:
@@ -173,12 +168,12 @@ def _walk(el: etree._Element, path: tuple[str, ...], kind: BlockKind, out: list[
 
 def _dispatch(el: etree._Element, path: tuple[str, ...], kind: BlockKind, out: list[Block]) -> None:
     name = _local(el)
-    if name in _SKIP or name in ("title", "label", "caption", "subtitle"):
+    if name in NOT_TEXT or name in ("title", "label", "caption", "subtitle"):
         return
     if name == "sec":
         title = _title(el)
         sec_type = (el.get("sec-type") or "").lower()
-        back_matter = sec_type in _BACK_MATTER_SEC_TYPES or (title and is_back_matter_title(title[0]))
+        back_matter = sec_type in BACK_MATTER_SEC_TYPES or (title and is_back_matter_title(title[0]))
         if back_matter and kind != "abstract":  # an abstract's own sub-sections always count
             return
         _walk(el, path + title, kind, out)
@@ -198,7 +193,7 @@ def _paragraph(p: etree._Element, path: tuple[str, ...], kind: BlockKind, out: l
     """One block per run of inline text; a list or quote inside the <p> splits it."""
     run = [p.text or ""]
     for child in p:
-        if isinstance(child.tag, str) and _local(child) in _BLOCKS_IN_P:
+        if isinstance(child.tag, str) and _local(child) in BLOCKS_IN_P:
             _add(out, kind, path, "".join(run))
             run = []
             _dispatch(child, path, kind, out)
@@ -253,9 +248,9 @@ def _inline(el: etree._Element) -> str:
     if not isinstance(el.tag, str):
         return ""
     name = _local(el)
-    if name in _FORMULAS:
+    if name in FORMULAS:
         return FORMULA_TOKEN
-    if name in _SKIP:
+    if name in NOT_TEXT:
         return " "
     parts = [el.text or ""]
     for child in el:
@@ -320,7 +315,7 @@ def _meta(article: etree._Element, front: etree._Element | None, meta_el: etree.
         doi=normalise_doi(doi) if doi else None,
         license=normalise_licence(url, text, licence_type),
         license_url=url,
-        license_text=_shorten(text) if text else None,
+        license_text=shorten_statement(text) if text else None,
         language=lang or None,
         article_type=article.get("article-type"),
     )
@@ -362,34 +357,6 @@ def is_back_matter_title(title: str) -> bool:
         re.sub(r"^(?:\d+(?:\.\d+)*\.?|[IVX]+\.)\s*", "", title.replace("\u2019", "'")).strip(" :.").casefold()
     )
     return key in _BACK_MATTER_TITLES or re.match(r"appendi(?:x|ces)\b", key) is not None
-
-
-def normalise_doi(doi: str) -> str:
-    """Lower-case DOI without resolver prefix ("https://doi.org/", "doi:")."""
-    doi = doi.strip()
-    lowered = doi.lower()
-    for prefix in (
-        "https://doi.org/",
-        "http://doi.org/",
-        "https://dx.doi.org/",
-        "http://dx.doi.org/",
-        "doi:",
-    ):
-        if lowered.startswith(prefix):
-            lowered = lowered[len(prefix) :]
-            break
-    return lowered.strip()
-
-
-def normalise_pmcid(value: str) -> str | None:
-    digits = value.strip().upper().removeprefix("PMC").strip()
-    return f"PMC{digits}" if digits.isdigit() else None
-
-
-def _shorten(text: str) -> str:
-    if len(text) <= _LICENCE_TEXT_MAX:
-        return text
-    return text[:_LICENCE_TEXT_MAX].rsplit(" ", 1)[0] + "…"
 
 
 # --- small helpers ---------------------------------------------------------------------

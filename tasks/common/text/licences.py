@@ -32,6 +32,7 @@ _CC_LONG = re.compile(
 )
 _CC0 = re.compile(r"\bCC\s?0\b|CC\s?Zero|public\s+domain\s+dedication", re.IGNORECASE)
 _PUBLIC_DOMAIN = re.compile(r"\bpublic[\s-]+domain\b", re.IGNORECASE)
+_STATEMENT_MAX = 500  # characters of a licence statement kept in ArticleMeta.license_text
 
 
 def normalise_licence(url: str | None, text: str | None, license_type: str | None) -> str | None:
@@ -103,3 +104,10 @@ def _cc_id(code: str, version: str | None) -> str:
 
 def _version(version: str) -> str:
     return version if "." in version else f"{version}.0"
+
+
+def shorten_statement(text: str) -> str:
+    """A licence statement cut at a word boundary to at most ~500 characters (… marks a cut)."""
+    if len(text) <= _STATEMENT_MAX:
+        return text
+    return text[:_STATEMENT_MAX].rsplit(" ", 1)[0] + "…"

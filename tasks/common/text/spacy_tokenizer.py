@@ -166,7 +166,32 @@ _URL_RE = re.compile(
 # --------------------------------------------------------------------------------------
 
 
-def _special_cases() -> dict[str, tuple[str, ...]]:
+# Chunks that stay one token as they are.
+_SINGLE_TOKENS = _words(
+    # abbreviations that keep their full stop
+    "a.m. p.m. Adm. Bros. co. Co. Corp. D.C. Dr. e.g. E.g. E.G. Gen. Gov. i.e. I.e. I.E. Inc. Jr. "
+    "Ltd. Md. Messrs. Mo. Mont. Mr. Mrs. Ms. Ph.D. Prof. Rep. Rev. Sen. St. vs. v.s. Mt. "
+    "Jan. Feb. Mar. Apr. Jun. Jul. Aug. Sep. Sept. Oct. Nov. Dec. "
+    "Ak. Ala. Ariz. Ark. Calif. Colo. Conn. Del. Fla. Ga. Ia. Id. Ill. Ind. Kan. Kans. Ky. La. Mass. "
+    "Mich. Minn. Miss. Neb. Nebr. Nev. N.C. N.D. N.H. N.J. N.M. N.Y. Okla. Ore. Pa. S.C. Tenn. Va. "
+    "Wash. Wis. ä. ö. ü. "
+    # contraction pieces and words that keep their apostrophe or slash
+    "'s 'S ’s ’S ‘s ‘S 'd ’d 're ’re 'll ’ll 'em ’em 'bout ’bout 'nuff ’nuff ' ’ '' ’’ "
+    "and/or w/o C++ em ll nuff "
+    # emoticons made of characters that also occur in scientific writing
+    "8) 8-) (-8 8D 8-D :) :-) (: (-: :( :-( ): )-: :/ :-/ =/ :| =| :] [: =] [= =( =) (= :1 :3 :0 "
+    ":-3 :-0 =3 0.0 0.o o.0 o.o O.O O.o o.O ._. :P :p :D :o :O :x :X :* :> :} xD XD <3 <33 <333 "
+    ":o) (o: ;) ;-) (; (-; ;D >.< <.< >.> :-] [-: :-} :-* :-> :-P :-p :-D :-O :-o :-X :-x "
+    "-_- -__- ^_^ ^__^ ^___^ o_o O_O o_O O_o 0_0 0_o o_0 V_V v_v V.V v.v @_@ ]= =[ =D ;-D ;_; "
+    ":'( :') :'-( :'-) :’( :’) :’-( :’-) :(( :((( :() :)) :))) :-(( :-((( :-)) :-))) :-| "
+    "</3 >:( >:o ><(((*> XDD xDD (*_*) (-_-) (._.) (>_<) (^_^) (¬_¬) (ಠ_ಠ) ಠ_ಠ ಠ︵ಠ "
+    '(╯°□°）╯︵┻━┻ ¯\\(ツ)/¯ \\") \\n \\t — <space>'
+)
+
+
+def _contractions() -> dict[str, tuple[str, ...]]:
+    """Contractions split into their pieces ("don't" → "do" "n't"), with either apostrophe,
+    without it, and capitalised."""
     sp: dict[str, tuple[str, ...]] = {}
 
     def add(*parts: str) -> None:
@@ -214,6 +239,11 @@ def _special_cases() -> dict[str, tuple[str, ...]]:
     sp["y'all"] = ("y'", "all")
     sp["y’all"] = ("y’", "all")
     sp["yall"] = ("y", "all")
+    return sp
+
+
+def _special_cases() -> dict[str, tuple[str, ...]]:
+    sp = _contractions()
     # dropped-g verbs and other words that keep their apostrophe: one token each
     for word in ("doin", "goin", "havin", "lovin", "nothin", "nuthin", "somethin", "ol"):
         for w in (word, word.title()):
@@ -233,27 +263,7 @@ def _special_cases() -> dict[str, tuple[str, ...]]:
     for word in ("were", "Were", "Well", "well", "Whore", "whore"):
         sp.pop(word, None)
 
-    single = _words(
-        # abbreviations that keep their full stop
-        "a.m. p.m. Adm. Bros. co. Co. Corp. D.C. Dr. e.g. E.g. E.G. Gen. Gov. i.e. I.e. I.E. Inc. Jr. "
-        "Ltd. Md. Messrs. Mo. Mont. Mr. Mrs. Ms. Ph.D. Prof. Rep. Rev. Sen. St. vs. v.s. Mt. "
-        "Jan. Feb. Mar. Apr. Jun. Jul. Aug. Sep. Sept. Oct. Nov. Dec. "
-        "Ak. Ala. Ariz. Ark. Calif. Colo. Conn. Del. Fla. Ga. Ia. Id. Ill. Ind. Kan. Kans. Ky. La. Mass. "
-        "Mich. Minn. Miss. Neb. Nebr. Nev. N.C. N.D. N.H. N.J. N.M. N.Y. Okla. Ore. Pa. S.C. Tenn. Va. "
-        "Wash. Wis. ä. ö. ü. "
-        # contraction pieces and words that keep their apostrophe or slash
-        "'s 'S ’s ’S ‘s ‘S 'd ’d 're ’re 'll ’ll 'em ’em 'bout ’bout 'nuff ’nuff ' ’ '' ’’ "
-        "and/or w/o C++ em ll nuff "
-        # emoticons made of characters that also occur in scientific writing
-        "8) 8-) (-8 8D 8-D :) :-) (: (-: :( :-( ): )-: :/ :-/ =/ :| =| :] [: =] [= =( =) (= :1 :3 :0 "
-        ":-3 :-0 =3 0.0 0.o o.0 o.o O.O O.o o.O ._. :P :p :D :o :O :x :X :* :> :} xD XD <3 <33 <333 "
-        ":o) (o: ;) ;-) (; (-; ;D >.< <.< >.> :-] [-: :-} :-* :-> :-P :-p :-D :-O :-o :-X :-x "
-        "-_- -__- ^_^ ^__^ ^___^ o_o O_O o_O O_o 0_0 0_o o_0 V_V v_v V.V v.v @_@ ]= =[ =D ;-D ;_; "
-        ":'( :') :'-( :'-) :’( :’) :’-( :’-) :(( :((( :() :)) :))) :-(( :-((( :-)) :-))) :-| "
-        "</3 >:( >:o ><(((*> XDD xDD (*_*) (-_-) (._.) (>_<) (^_^) (¬_¬) (ಠ_ಠ) ಠ_ಠ ಠ︵ಠ "
-        '(╯°□°）╯︵┻━┻ ¯\\(ツ)/¯ \\") \\n \\t — <space>'
-    )
-    for s in single:
+    for s in _SINGLE_TOKENS:
         sp[s] = (s,)
     for c in "abcdefghijklmnopqrstuvwxyz":
         sp[c + "."] = (c + ".",)

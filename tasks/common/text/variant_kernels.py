@@ -1,4 +1,4 @@
-"""Compiled inner loops of :mod:`tasks.common.text.variants`: gram keys, pivot choice, the pivot join.
+"""Compiled inner loops of the variant and containment joins (docs/decisions/variant-dedup.md).
 
 Each kernel is a plain Python function compiled with ``numba.njit`` (cached on disk, so a
 process pays the compile once per install). The loops are per text and per gram, which
@@ -26,9 +26,14 @@ import numpy.typing as npt
 from tasks.common.jit import compiled
 
 __all__ = [
+    "B1",
+    "I64",
     "JOIN_POSITION_BITS",
     "JOIN_TEXT_BITS",
     "NO_GRAM",
+    "U8",
+    "U32",
+    "U64",
     "choose_pivots",
     "gram_keys",
     "gram_levels",
@@ -58,7 +63,8 @@ JOIN_TEXT_BITS = 28
 _CHECK_SHIFT = JOIN_POSITION_BITS + JOIN_TEXT_BITS
 
 
-def _text_hashes_py(code: U32, a: int, b: int, q: int, out: U64) -> int:
+@compiled
+def _text_hashes(code: U32, a: int, b: int, q: int, out: U64) -> int:
     """Hashes of the q-grams of ``code[a:b]`` into ``out[:m]``; returns m, the number of grams.
 
     A polynomial of the code points mod 2**64, rolled along the text in O(1) a position,
@@ -94,7 +100,8 @@ def _gram_levels(code: U32, offs: I64, q: int, levels_per_doubling: float) -> U8
     return level
 
 
-def _mix_py(x: np.uint64) -> np.uint64:
+@compiled
+def _mix(x: np.uint64) -> np.uint64:
     """Finaliser of the polynomial hash (xor-shift-multiply): spreads it over all 64 bits."""
     x *= _M1
     x ^= x >> _S29
@@ -103,7 +110,8 @@ def _mix_py(x: np.uint64) -> np.uint64:
     return x
 
 
-def _text_keys_py(code: U32, a: int, b: int, q: int, level: U8, out: U64) -> int:
+@compiled
+def _text_keys(code: U32, a: int, b: int, q: int, level: U8, out: U64) -> int:
     """Keys of the grams of ``code[a:b]`` into ``out[:m]`` (rarity level above 56 hash bits)."""
     m: int = _text_hashes(code, a, b, q, out)
     for j in range(m):
@@ -111,13 +119,15 @@ def _text_keys_py(code: U32, a: int, b: int, q: int, level: U8, out: U64) -> int
     return m
 
 
-def _in_prefix_py(key: np.uint64, last: np.uint64, seen: U64) -> bool:
+@compiled
+def _in_prefix(key: np.uint64, last: np.uint64, seen: U64) -> bool:
     """A gram in a text's prefix (key ≤ ``last``) that some pivot has (bit set in ``seen``)."""
     bit = (key >> np.uint64(32)) & np.uint64((1 << 23) - 1)
     return bool(key <= last and (seen[bit >> np.uint64(6)] & (np.uint64(1) << (bit & np.uint64(63)))) != 0)
 
 
-def _bucket_py(key: np.uint64, bucket_mask: np.uint64) -> np.int64:
+@compiled
+def _bucket(key: np.uint64, bucket_mask: np.uint64) -> np.int64:
     """The join's hash bucket of a gram key: hash bits from 32 up (the low ones are its check bits)."""
     return np.int64(((key & np.uint64((1 << 56) - 1)) >> np.uint64(32)) & bucket_mask)
 
@@ -130,7 +140,8 @@ def _gram_keys(code: U32, offs: I64, q: int, level: U8) -> U64:
     return key
 
 
-def _greedy_count_py(keys: U64, m: int, q: int, level: int, enough: int) -> int:
+@compiled
+def _greedy_count(keys: U64, m: int, q: int, level: int, enough: int) -> int:
     """Disjoint grams the left-to-right greedy scan takes among those with level ≤ ``level``."""
     taken = 0
     free = 0
@@ -373,13 +384,6 @@ def _pivot_join(
     return out_x[:found], out_y[:found], total, raw, 1
 
 
-# Helpers first: a kernel resolves the compiled helpers it calls when it is compiled.
-_mix = compiled(_mix_py)
-_text_hashes = compiled(_text_hashes_py)
-_text_keys = compiled(_text_keys_py)
-_in_prefix = compiled(_in_prefix_py)
-_greedy_count = compiled(_greedy_count_py)
-_bucket = compiled(_bucket_py)
 gram_levels: Callable[[U32, I64, int, float], U8] = compiled(_gram_levels)
 gram_keys: Callable[[U32, I64, int, U8], U64] = compiled(_gram_keys)
 choose_pivots: Callable[[U32, I64, int, U8, I64, int], tuple[I64, U64, I64, I64, U64, B1, int]] = compiled(

@@ -1,8 +1,9 @@
 """DeepL glossaries as irforge reads them: CSV files of medical terms per language pair.
 
 Read and digested without a key or a server, so that a stage can fingerprint the glossaries
-a DeepL run would use even where no DeepL key is set (``tasks.cure.stages.translate``). Term rules
-are the client's own (``deepl.util.validate_glossary_term``).
+a DeepL run would use even where no DeepL key is set
+(:func:`tasks.common.translate.config.describe`). Term rules are the client's own
+(``deepl.util.validate_glossary_term``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The laptop/CI default for query translation, through the same LLM port as the
 judge: with the embedded llama.cpp server it proves the plumbing; with a vLLM or
 OpenAI model it is a real alternative to DeepL.
 
-- The prompt is ``prompts/common/common/translate_query.md`` (or a file of the caller's): a
+- The prompt is ``prompts/common/translate_query.md`` (or a file of the caller's): a
   :class:`string.Template` with ``$source_language``, ``$target_language`` (English,
   French, Spanish) and ``$text``; a leading ``<!-- ... -->`` comment is documentation and
   is not sent. The rendered prompt is the only (user) message.

@@ -193,27 +193,12 @@ class CacheStats:
 
 
 def cached_translate(
-    translator: Translator,
-    cache: TranslationCache,
-    texts: Sequence[str],
-    source: str,
-    target: str,
-    *,
-    max_batch_texts: int = DEFAULT_BATCH_TEXTS,
-    max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+    translator: Translator, cache: TranslationCache, texts: Sequence[str], source: str, target: str
 ) -> tuple[list[Translation], CacheStats]:
-    """:func:`cached_translate_each` for callers that want every text translated: a text the
-    engine refused (too large even alone) is a :class:`RequestTooLarge` naming its position,
-    raised after every other text was translated and cached."""
-    outcomes, stats = cached_translate_each(
-        translator,
-        cache,
-        texts,
-        source,
-        target,
-        max_batch_texts=max_batch_texts,
-        max_batch_bytes=max_batch_bytes,
-    )
+    """:func:`cached_translate_each` (default batch limits) for callers that want every text
+    translated: a text the engine refused (too large even alone) is a :class:`RequestTooLarge`
+    naming its position, raised after every other text was translated and cached."""
+    outcomes, stats = cached_translate_each(translator, cache, texts, source, target)
     for i, outcome in enumerate(outcomes):
         if isinstance(outcome, Refused):
             raise RequestTooLarge(f"text #{i}: {outcome.detail}")

@@ -217,53 +217,9 @@ def _check(corpus: pa.Table, queries: pa.Table, qrels: pa.Table, languages: Sequ
     splits = release_splits(
         (p["domain"] for p in passages), (q["domain"] for q in query_rows), (r["domain"] for r in qrel_rows)
     )
-
-    passage_domain: dict[str, str] = {}
-    for i, p in enumerate(passages):
-        pid = p["passage_id"]
-        if not pid.strip():
-            raise ReleaseError(f"corpus row {i}: passage_id is empty")
-        if pid in passage_domain:
-            raise ReleaseError(f"corpus row {i}: passage_id {pid!r} occurs twice (ids must be unique)")
-        if not p["text"].strip():
-            raise ReleaseError(f"corpus row {i} (passage {pid!r}): text is empty")
-        passage_domain[pid] = p["domain"]
-
-    query_domain: dict[str, str] = {}
-    texts: dict[tuple[str, str], str] = {}
-    for i, q in enumerate(query_rows):
-        qid, lang, domain = q["query_id"], q["language"], q["domain"]
-        where = f"queries row {i} (query {qid!r}, {lang})"
-        if not qid.strip():
-            raise ReleaseError(f"{where}: query_id is empty")
-        if lang not in LANGUAGES:
-            raise ReleaseError(f"{where}: language {lang!r} is not one of {list(LANGUAGES)}")
-        if (qid, lang) in texts:
-            raise ReleaseError(f"{where}: the query has two {lang} rows")
-        if query_domain.setdefault(qid, domain) != domain:
-            raise ReleaseError(
-                f"{where}: domain {domain!r}, but another row puts it in {query_domain[qid]!r}"
-            )
-        if not q["text"].strip():
-            raise ReleaseError(f"{where}: text is empty (leave the row out if the translation is missing)")
-        if lang in languages:
-            texts[qid, lang] = q["text"]
-
-    judged: set[tuple[str, str]] = set()
-    for i, r in enumerate(qrel_rows):
-        qid, pid, domain, score = r["query_id"], r["passage_id"], r["domain"], r["score"]
-        where = f"qrels row {i} (query {qid!r}, passage {pid!r})"
-        if (qid, pid) in judged:
-            raise ReleaseError(f"{where}: the pair is judged twice")
-        judged.add((qid, pid))
-        if score not in SCORES:
-            raise ReleaseError(f"{where}: score {score} is not one of {list(SCORES)}")
-        if query_domain.get(qid) != domain:
-            found = f"it is in {query_domain[qid]!r}" if qid in query_domain else "it is in no split"
-            raise ReleaseError(f"{where}: query {qid!r} is not in the {domain!r} queries ({found})")
-        if passage_domain.get(pid) != domain:
-            found = f"it is in {passage_domain[pid]!r}" if pid in passage_domain else "it is in no split"
-            raise ReleaseError(f"{where}: passage {pid!r} is not in the {domain!r} corpus ({found})")
+    passage_domain = _check_corpus(passages)
+    query_domain, texts = _check_queries(query_rows, languages)
+    _check_qrels(qrel_rows, query_domain, passage_domain)
 
     omissions = sorted(
         Omission(domain, qid, lang)
@@ -310,6 +266,68 @@ def _check(corpus: pa.Table, queries: pa.Table, qrels: pa.Table, languages: Sequ
             ),
         ),
     )
+
+
+def _check_corpus(passages: list[dict[str, Any]]) -> dict[str, str]:
+    """Passage id → domain; every id non-empty and unique, every text non-empty."""
+    passage_domain: dict[str, str] = {}
+    for i, p in enumerate(passages):
+        pid = p["passage_id"]
+        if not pid.strip():
+            raise ReleaseError(f"corpus row {i}: passage_id is empty")
+        if pid in passage_domain:
+            raise ReleaseError(f"corpus row {i}: passage_id {pid!r} occurs twice (ids must be unique)")
+        if not p["text"].strip():
+            raise ReleaseError(f"corpus row {i} (passage {pid!r}): text is empty")
+        passage_domain[pid] = p["domain"]
+    return passage_domain
+
+
+def _check_queries(
+    query_rows: list[dict[str, Any]], languages: Sequence[str]
+) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
+    """Query id → domain, and (query id, language) → text for the released languages."""
+    query_domain: dict[str, str] = {}
+    texts: dict[tuple[str, str], str] = {}
+    for i, q in enumerate(query_rows):
+        qid, lang, domain = q["query_id"], q["language"], q["domain"]
+        where = f"queries row {i} (query {qid!r}, {lang})"
+        if not qid.strip():
+            raise ReleaseError(f"{where}: query_id is empty")
+        if lang not in LANGUAGES:
+            raise ReleaseError(f"{where}: language {lang!r} is not one of {list(LANGUAGES)}")
+        if (qid, lang) in texts:
+            raise ReleaseError(f"{where}: the query has two {lang} rows")
+        if query_domain.setdefault(qid, domain) != domain:
+            raise ReleaseError(
+                f"{where}: domain {domain!r}, but another row puts it in {query_domain[qid]!r}"
+            )
+        if not q["text"].strip():
+            raise ReleaseError(f"{where}: text is empty (leave the row out if the translation is missing)")
+        if lang in languages:
+            texts[qid, lang] = q["text"]
+    return query_domain, texts
+
+
+def _check_qrels(
+    qrel_rows: list[dict[str, Any]], query_domain: Mapping[str, str], passage_domain: Mapping[str, str]
+) -> None:
+    """Each pair judged once, with a released score, its query and passage in its domain."""
+    judged: set[tuple[str, str]] = set()
+    for i, r in enumerate(qrel_rows):
+        qid, pid, domain, score = r["query_id"], r["passage_id"], r["domain"], r["score"]
+        where = f"qrels row {i} (query {qid!r}, passage {pid!r})"
+        if (qid, pid) in judged:
+            raise ReleaseError(f"{where}: the pair is judged twice")
+        judged.add((qid, pid))
+        if score not in SCORES:
+            raise ReleaseError(f"{where}: score {score} is not one of {list(SCORES)}")
+        if query_domain.get(qid) != domain:
+            found = f"it is in {query_domain[qid]!r}" if qid in query_domain else "it is in no split"
+            raise ReleaseError(f"{where}: query {qid!r} is not in the {domain!r} queries ({found})")
+        if passage_domain.get(pid) != domain:
+            found = f"it is in {passage_domain[pid]!r}" if pid in passage_domain else "it is in no split"
+            raise ReleaseError(f"{where}: passage {pid!r} is not in the {domain!r} corpus ({found})")
 
 
 def _empty_domains(

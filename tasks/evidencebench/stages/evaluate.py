@@ -41,9 +41,11 @@ from irforge.config import StrictModel
 from irforge.errors import ConfigError, IrforgeError
 from irforge.fingerprint import Transport, digest_file
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.common.embed.local import BUILTIN_MINILM, SentenceTransformerEncoder
-from tasks.common.llm.cache import ChatStats, ReplyCache
-from tasks.common.llm.config import LLMConfig, chat_model, describe
+from tasks.common.embed.config import EncoderConfig, encoder_for
+from tasks.common.embed.local import BUILTIN_MINILM
+from tasks.common.llm.cache import ChatStats
+from tasks.common.llm.config import LLMConfig, describe
+from tasks.common.llm.stage import llm_cost, llm_session
 from tasks.evidencebench.baselines import (
     E6_PREFIXES,
     BM25Ranker,
@@ -53,8 +55,8 @@ from tasks.evidencebench.baselines import (
     evaluate,
     negated_set,
 )
-from tasks.evidencebench.llm_calls import llm_cost
-from tasks.evidencebench.llm_retrieval import LLMRetriever, Strategy, negate
+from tasks.evidencebench.llm_retrieval import LLMRetriever, Strategy
+from tasks.evidencebench.negation import negate
 from tasks.evidencebench.selection import TASK_K, Task, coverage
 
 ORACLE = "oracle"
@@ -271,6 +273,50 @@ def _answers(
     return answer
 
 
+def _llm_systems(
+    ctx: StageContext[EvaluateConfig],
+    llm: LLMConfig,
+    data: Mapping[str, Mapping[str, Any]],
+    scores: _Scores,
+    rankers: Mapping[str, RankingBaseline],
+) -> tuple[list[dict[str, Any]], ChatStats]:
+    """Score the ``llm:<strategy>`` systems, then the rankers on negated hypotheses (App. E, E.8);
+    the excluded rows (``no_negations``) and what the requests cost."""
+    config = ctx.config
+    excluded: list[dict[str, Any]] = []
+    stats = ChatStats()
+    with llm_session(ctx, llm) as (model, cache):
+        for strategy in config.llm_strategies:
+            retriever = LLMRetriever(
+                model, cache, strategy, sampling=llm.sampling, max_regenerations=config.max_regenerations
+            )
+            run = retriever.select_all(data)
+            stats = stats + run.stats
+            failed = {name: set(tasks) for name, tasks in run.failures.items()}
+            # A failed task answers nothing: recall 0, counted in ``failed``.
+            scores.add(f"llm:{strategy}", data, _answers(run.selections, failed), failed)
+        if config.negation:
+            hypotheses = {name: str(instance["hypothesis"]) for name, instance in data.items()}
+            negations, failures, negate_stats = negate(model, cache, hypotheses, sampling=llm.sampling)
+            stats = stats + negate_stats
+            negated = negated_set({n: data[n] for n in negations}, negations)
+            for ranker_name in _rankers(config):
+                if not negated:
+                    detail = f"all {len(failures)} negation requests failed"
+                    excluded += [
+                        {
+                            "system": f"{ranker_name}@negated",
+                            "task": t,
+                            "reason": "no_negations",
+                            "detail": detail,
+                        }
+                        for t in TASK_K
+                    ]
+                    continue
+                scores.add(f"{ranker_name}@negated", negated, rankers[ranker_name])
+    return excluded, stats
+
+
 def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
     config = ctx.config
     data = load_instances(ctx)
@@ -292,7 +338,7 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
             rankers[spec.name] = RankingBaseline(BM25Ranker())
             continue
         if spec.model not in dense:
-            encoder = SentenceTransformerEncoder(spec.model, device=config.device)
+            encoder = encoder_for(EncoderConfig(model=spec.model, device=config.device))
             dense[spec.model] = DenseRanker(encoder, cached_pools=2)
         rankers[spec.name] = RankingBaseline(dense[spec.model], E6_PREFIXES if spec.prefixed else {})
     if config.oracle:
@@ -301,40 +347,7 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
         scores.add(system_name, data, ranker)
 
     if config.llm is not None and (config.llm_strategies or config.negation):
-        if ctx.cache_dir is None or ctx.files_dir is None:
-            raise IrforgeError(
-                "evaluate: no cache or work folder for the LLM replies (run through the engine)"
-            )
-        model = chat_model(config.llm, ctx.base_dir, ctx.files_dir)
-        ctx.cache_dir.mkdir(parents=True, exist_ok=True)
-        with ReplyCache(ctx.cache_dir / "llm_replies.sqlite") as cache:
-            for strategy in config.llm_strategies:
-                retriever = LLMRetriever(
-                    model,
-                    cache,
-                    strategy,
-                    sampling=config.llm.sampling,
-                    max_regenerations=config.max_regenerations,
-                )
-                run = retriever.select_all(data)
-                stats = stats + run.stats
-                failed = {name: set(tasks) for name, tasks in run.failures.items()}
-                # A failed task answers nothing: recall 0, counted in ``failed``.
-                scores.add(f"llm:{strategy}", data, _answers(run.selections, failed), failed)
-            if config.negation:
-                hypotheses = {name: str(instance["hypothesis"]) for name, instance in data.items()}
-                negations, failures, negate_stats = negate(
-                    model, cache, hypotheses, sampling=config.llm.sampling
-                )
-                stats = stats + negate_stats
-                negated = negated_set({n: data[n] for n in negations}, negations)
-                for ranker_name in _rankers(config):
-                    if not negated:
-                        excluded += [{"system": f"{ranker_name}@negated", "task": t, "reason": "no_negations",
-                                      "detail": f"all {len(failures)} negation requests failed"}
-                                     for t in TASK_K]  # fmt: skip
-                        continue
-                    scores.add(f"{ranker_name}@negated", negated, rankers[ranker_name])
+        excluded, stats = _llm_systems(ctx, config.llm, data, scores, rankers)
 
     for path in config.selections:
         system = f"file:{Path(path).stem}"

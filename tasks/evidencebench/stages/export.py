@@ -68,7 +68,7 @@ _COLUMNS = [
 ]
 
 
-def source(ctx: StageContext[ExportConfig], _inputs: dict[str, Any]) -> ArtifactSource:
+def _selected(ctx: StageContext[ExportConfig], _inputs: dict[str, Any]) -> ArtifactSource:
     return ArtifactSource(ctx.upstream["select"], columns=_COLUMNS)
 
 
@@ -159,7 +159,7 @@ SPEC: StageSpec[ExportConfig] = StageSpec(
     excluded_schema=EXCLUDED_SCHEMA,
     key=("instance_id",),
     tables={"files": FILES_SCHEMA},
-    source=source,
+    source=_selected,
     process=process,
     whole_input=True,
     description="The released EvidenceBench JSON schema and a Hugging Face dataset folder with its card.",

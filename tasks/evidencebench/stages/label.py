@@ -19,62 +19,33 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
-from pydantic import Field
 
 from irforge.config import StrictModel
-from irforge.stage import (
-    ArtifactSource,
-    ChunkResult,
-    StageContext,
-    StageSpec,
-    exclusion_schema,
-    rows_to_table,
-)
-from tasks.common.llm.cache import ChatStats
+from irforge.stage import ArtifactSource, ChunkResult, StageContext, StageSpec
 from tasks.common.llm.config import LLMConfig, describe
-from tasks.common.llm.port import ChatFailure, ChatOutcome, ChatReply
+from tasks.common.llm.port import ChatOutcome
+from tasks.common.llm.stage import LLMCalls, Row, constrained, failure_schema, kept_schema, required
 from tasks.evidencebench.grammars import labels_grammar
 from tasks.evidencebench.instance import low_coverage
-from tasks.evidencebench.llm_calls import (
-    LLM_COST_FIELDS,
-    ask,
-    constrained,
-    excluded_row,
-    failure_fields,
-    llm_cost,
-    spent,
-    step_prompt,
-)
-from tasks.evidencebench.llm_steps import aspects_request, labels_validator
+from tasks.evidencebench.llm_steps import aspects_request, prompt_field, step_prompt
+from tasks.evidencebench.parsers import labels_validator
 from tasks.evidencebench.pools import SUMMARY_FIELDS
 from tasks.evidencebench.stages.decompose import IDENTITY
 
 
 class LabelConfig(StrictModel):
     llm: LLMConfig = LLMConfig()
-    prompt: str | None = Field(
-        None, description="Label prompt file relative to the config; default prompts/evidencebench/label.md."
-    )
+    prompt: str | None = prompt_field("Label", "label")
 
 
 INSTANCE = (*IDENTITY, "paper_id", "aspects", "aspect_sentences")
-SCHEMA = pa.schema(
-    [
-        *SUMMARY_FIELDS,
-        pa.field("paper_id", pa.string(), nullable=False),
-        pa.field("aspects", pa.list_(pa.string()), nullable=False),
-        pa.field("aspect_sentences", pa.list_(pa.list_(pa.int32())), nullable=False),
-        pa.field("aspect_labels", pa.list_(pa.string()), nullable=False),
-        *LLM_COST_FIELDS,
-    ]
+_S, _LIST = pa.string(), pa.list_(pa.string())
+SCHEMA = kept_schema(
+    *SUMMARY_FIELDS,
+    *required(paper_id=_S, aspects=_LIST, aspect_sentences=pa.list_(pa.list_(pa.int32()))),
+    *required(aspect_labels=_LIST),
 )
-EXCLUDED_SCHEMA = exclusion_schema(
-    pa.field("unit_id", pa.string(), nullable=False),
-    pa.field("review_id", pa.string(), nullable=False),
-    pa.field("step", pa.string(), nullable=False),
-    pa.field("raw_reply", pa.string()),
-    pa.field("attempts", pa.int32(), nullable=False),
-)
+EXCLUDED_SCHEMA = failure_schema(*required(unit_id=_S, review_id=_S))
 
 
 def inputs(ctx: StageContext[LabelConfig]) -> dict[str, Any]:
@@ -85,64 +56,41 @@ def inputs(ctx: StageContext[LabelConfig]) -> dict[str, Any]:
     }
 
 
-def source(ctx: StageContext[LabelConfig], _inputs: dict[str, Any]) -> ArtifactSource:
+def _aligned(ctx: StageContext[LabelConfig], _inputs: dict[str, Any]) -> ArtifactSource:
     return ArtifactSource(ctx.upstream["align"], columns=list(INSTANCE))
 
 
 def process(chunk: pa.Table, ctx: StageContext[LabelConfig]) -> ChunkResult:
     """Label the aspects of every summary of the chunk, one request per summary."""
     config = ctx.config
+    calls = LLMCalls(ctx, config.llm, SCHEMA, EXCLUDED_SCHEMA)
     prompt = step_prompt("label", config.prompt, ctx.base_dir)
-    rows = chunk.to_pylist()
-    excluded: list[dict[str, Any]] = []
     # The validator depends on the number of aspects: one cached call per aspect count.
-    by_count: dict[int, list[int]] = {}
-    for i, row in enumerate(rows):
+    rows = chunk.to_pylist()
+    by_count: dict[int, list[Row]] = {}
+    for row in rows:
         why = low_coverage(row["aspect_sentences"])
         if why is None:
-            by_count.setdefault(len(row["aspects"]), []).append(i)
+            by_count.setdefault(len(row["aspects"]), []).append(row)
         else:
-            fields = {"reason": "low_coverage", "detail": why, "step": "coverage", "attempts": 0}
-            excluded.append(excluded_row(row, fields))
+            calls.exclude(row, reason="low_coverage", detail=why, step="coverage", attempts=0)
     outcomes: dict[int, ChatOutcome] = {}
-    stats = ChatStats()
     for count, members in sorted(by_count.items()):
         requests = [
             constrained(
                 aspects_request(
-                    "label", rows[i]["unit_id"], rows[i]["summary"], rows[i]["aspects"],
+                    "label", row["unit_id"], row["summary"], row["aspects"],
                     prompt=prompt, sampling=config.llm.sampling,
                 ),
                 labels_grammar(count),
             )
-            for i in members
+            for row in members
         ]  # fmt: skip
-        answered, group_stats = ask(ctx, config.llm, requests, labels_validator(count))
-        stats = stats + group_stats
-        outcomes.update(zip(members, answered, strict=True))
-    kept: list[dict[str, Any]] = []
-    for i, row in enumerate(rows):
-        if i not in outcomes:
-            continue  # excluded above, before any request
-        outcome = outcomes[i]
-        if isinstance(outcome, ChatFailure):
-            excluded.append(excluded_row(row, failure_fields("label", outcome)))
-            continue
-        assert isinstance(outcome, ChatReply)
-        kept.append(
-            {
-                **{name: row[name] for name in INSTANCE},
-                "aspect_labels": list(outcome.value),
-                "engine": config.llm.engine,
-                "model": outcome.model,
-                **spent(outcome),
-            }
-        )
-    return ChunkResult(
-        rows_to_table(kept, SCHEMA),
-        rows_to_table(excluded, EXCLUDED_SCHEMA),
-        cost=llm_cost(config.llm, stats),
-    )
+        answered = calls.ask(requests, labels_validator(count))
+        outcomes.update((id(row), outcome) for row, outcome in zip(members, answered, strict=True))
+    asked = [row for row in rows if id(row) in outcomes]
+    labelled = calls.settle("label", asked, [outcomes[id(row)] for row in asked], into="aspect_labels")
+    return calls.result(labelled)
 
 
 SPEC: StageSpec[LabelConfig] = StageSpec(
@@ -154,7 +102,7 @@ SPEC: StageSpec[LabelConfig] = StageSpec(
     excluded_schema=EXCLUDED_SCHEMA,
     key=("unit_id",),
     inputs=inputs,
-    source=source,
+    source=_aligned,
     process=process,
     description="LLM: each aspect labelled results, background or methods.",
 )

@@ -86,7 +86,7 @@ def inputs(ctx: StageContext[SelectConfig]) -> dict[str, Any]:
     return {"min_covered_fraction": MIN_COVERED_FRACTION}
 
 
-def source(ctx: StageContext[SelectConfig], _inputs: dict[str, Any]) -> ArtifactSource:
+def _labelled(ctx: StageContext[SelectConfig], _inputs: dict[str, Any]) -> ArtifactSource:
     return ArtifactSource(ctx.upstream["label"], columns=[*INSTANCE, "aspect_labels"])
 
 
@@ -155,7 +155,7 @@ SPEC: StageSpec[SelectConfig] = StageSpec(
     excluded_schema=EXCLUDED_SCHEMA,
     key=("unit_id",),
     inputs=inputs,
-    source=source,
+    source=_labelled,
     process=process,
     description="The 70 % coverage rule, then the exact optimal and @K evidence sets (ILP).",
 )
