@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import tasks.crossgenre
+import tasks.crossgenre.report
 import tasks.cure
 import tasks.cure.report
 import tasks.evidencebench
@@ -28,6 +30,13 @@ PIPELINES: dict[str, Pipeline] = {
         default_config=CONFIGS / "evidencebench.yaml",
         release_stage="export",
         report_sections=tasks.evidencebench.report.SECTIONS,
+    ),
+    "crossgenre": Pipeline(
+        name="crossgenre",
+        config_type=tasks.crossgenre.CrossgenreConfig,
+        stages=tasks.crossgenre.STAGES,
+        default_config=CONFIGS / "crossgenre.yaml",
+        report_sections=tasks.crossgenre.report.SECTIONS,
     ),
 }
 

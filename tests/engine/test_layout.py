@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import grimp
 import pytest
 import yaml
 
@@ -123,3 +124,21 @@ def test_llm_stages_are_short() -> None:
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LLM_STAGE_LINES
     ]
     assert not long, long
+
+
+def _chains(graph: grimp.ImportGraph, importer: str, imported: str) -> list[str]:
+    found = graph.find_shortest_chains(importer=importer, imported=imported, as_packages=True)
+    return [" -> ".join(chain) for chain in sorted(found)]
+
+
+def test_flow_packages_import_only_the_shared_parts_and_the_engine() -> None:
+    """``flows → tasks.<flow> → tasks.common → irforge`` for every flow of the registry (import
+    graph by grimp, the library under import-linter): no flow imports another, and
+    ``tasks.common`` imports none."""
+    graph = grimp.build_graph("tasks", "flows", "irforge")
+    flows = sorted(PIPELINES)
+    # the graph is the real one: every flow reaches the shared parts
+    assert all(_chains(graph, f"tasks.{f}", "tasks.common") for f in flows)
+    wrong = [c for f in flows for c in _chains(graph, "tasks.common", f"tasks.{f}")]
+    wrong += [c for f in flows for g in flows if g != f for c in _chains(graph, f"tasks.{f}", f"tasks.{g}")]
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)

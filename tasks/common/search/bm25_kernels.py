@@ -58,7 +58,7 @@ import numpy.typing as npt
 from tasks.common.jit import compiled
 from tasks.common.search.bm25_maxscore import maxscore
 
-__all__ = ["FIELD_NORMS", "Bm25Matrix", "fieldnorm_ids", "search"]
+__all__ = ["FIELD_NORMS", "Bm25Matrix", "fieldnorm_ids", "search", "term_postings"]
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -150,6 +150,8 @@ def _max_weights_py(indptr: I64, weights: F32) -> F64:
 
 
 _postings: Callable[[I32, I64, B1], tuple[I64, I32, I32]] = compiled(_postings_py)
+term_postings = _postings
+"""``term_postings(tokens, starts, indexed)``: (indptr, passage, term frequency) by term, from a forward index."""
 _max_weights: Callable[[I64, F32], F64] = compiled(_max_weights_py)
 
 
@@ -186,6 +188,14 @@ class Bm25Matrix:
         weights: F32 = (np.repeat(weight.astype(np.float32), df) * (freq / (freq + norm))).astype(
             np.float32, copy=False
         )
+        return cls.from_postings(indptr, docs, weights, n)
+
+    @classmethod
+    def from_postings(cls, indptr: I64, docs: I32, weights: F32, n: int) -> Bm25Matrix:
+        """From postings of any positive per-term weights (``n`` passages): the upper bounds and
+        dense rows :func:`search` prunes with (``tasks/common/search/bm25_rank.py`` builds
+        rank_bm25's weights this way)."""
+        df = np.diff(indptr)
         frequent = np.flatnonzero(df * DENSE >= max(n, 1))
         dense_slot = np.full(len(df), -1, dtype=np.int32)
         dense_slot[frequent] = np.arange(len(frequent), dtype=np.int32)

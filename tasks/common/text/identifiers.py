@@ -21,6 +21,10 @@ def normalise_doi(doi: str) -> str:
 
 
 def normalise_pmcid(value: str) -> str | None:
-    """The PMC id with its "PMC" prefix (given with or without it); None unless the rest is digits."""
+    """The PMC id with its "PMC" prefix (given with or without it), without a version suffix
+    (``PMC6883395.3``: PubMed's id of a versioned article); None unless the rest is digits."""
     digits = value.strip().upper().removeprefix("PMC").strip()
+    head, dot, version = digits.partition(".")
+    if dot and head.isdigit() and version.isdigit():
+        digits = head
     return f"PMC{digits}" if digits.isdigit() else None

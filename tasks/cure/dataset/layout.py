@@ -38,10 +38,6 @@ temporary sibling name and renamed into place, so a half-written release is neve
 
 from __future__ import annotations
 
-import hashlib
-import json
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +47,7 @@ from typing import Any, Final, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tasks.common.release.files import ReleaseFile, staged_folder, write_jsonl
 from tasks.common.release.hub import CARD_FILE
 from tasks.cure.dataset.card import CardInfo, released_files, render_card
 from tasks.cure.dataset.schema import (
@@ -70,18 +67,6 @@ from tasks.cure.dataset.stats import split_statistics
 _CORPUS_COLUMNS: Final = ("passage_id", "article_id", "domain", "title", "text")
 _QUERY_COLUMNS: Final = ("query_id", "domain", "language", "text")
 _QREL_COLUMNS: Final = ("query_id", "passage_id", "domain", "score")
-
-
-@dataclass(frozen=True)
-class ReleaseFile:
-    """One written data file: its config and split, POSIX path relative to the release folder, digest."""
-
-    config: str
-    split: str
-    path: str
-    rows: int
-    bytes: int
-    sha256: str
 
 
 class Release(NamedTuple):
@@ -128,10 +113,7 @@ def write_release(
     readme = render_card(card, stats, omissions=checked.omissions, dropped=checked.dropped)
     folder = Path(folder)
     _check_target(folder, overwrite=overwrite)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent))
-    try:
-        partial.chmod(0o755)  # mkdtemp makes it private; a release is meant to be read
+    with staged_folder(folder) as partial:
         for split in checked.splits:
             (partial / split).mkdir()
         files = [
@@ -139,10 +121,6 @@ def write_release(
             for c, s in released_files(stats, card.languages)
         ]
         (partial / CARD_FILE).write_text(readme, encoding="utf-8")
-        _swap_in(partial, folder)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     return Release(files, checked.omissions, checked.dropped)
 
 
@@ -158,19 +136,10 @@ def _records(checked: _Checked, config: str, split: str) -> Iterable[Sequence[An
 
 def _write_jsonl(root: Path, config: str, split: str, records: Iterable[Sequence[Any]]) -> ReleaseFile:
     keys = [name for name, _ in FEATURES[config]]
-    relative = data_path(config, split)
-    digest, rows, size = hashlib.sha256(), 0, 0
-    with (root / relative).open("wb") as out:
-        for values in records:
-            # Arrow strings are valid UTF-8, so encoding cannot fail.
-            line = (json.dumps(dict(zip(keys, values, strict=True)), ensure_ascii=False) + "\n").encode()
-            out.write(line)
-            digest.update(line)
-            rows += 1
-            size += len(line)
-    if rows == 0:  # released_files() and _check() rule this out; an empty split would not load
+    written = write_jsonl(root, data_path(config, split), config, split, keys, records)
+    if written.rows == 0:  # released_files() and _check() rule this out; an empty split would not load
         raise ReleaseError(f"split {split!r} has no {config} rows")
-    return ReleaseFile(config, split, relative, rows, size, digest.hexdigest())
+    return written
 
 
 def _check_target(folder: Path, *, overwrite: bool) -> None:
@@ -194,17 +163,6 @@ def _check_target(folder: Path, *, overwrite: bool) -> None:
             f"refusing to replace {folder}: it holds {strangers[:5]}, which a release does not; "
             "write the release into a new or empty folder"
         )
-
-
-def _swap_in(partial: Path, folder: Path) -> None:
-    if not folder.exists():
-        partial.rename(folder)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".old", dir=folder.parent))
-    old.rmdir()
-    folder.rename(old)
-    partial.rename(folder)
-    shutil.rmtree(old)
 
 
 # ---------------------------------------------------------------------------------- checks
@@ -377,4 +335,4 @@ def _rows(table: pa.Table, what: str, columns: Sequence[str], id_column: str) ->
     return rows
 
 
-__all__ = ["CARD_FILE", "Release", "ReleaseError", "ReleaseFile", "write_release"]
+__all__ = ["Release", "ReleaseError", "write_release"]

@@ -34,6 +34,7 @@ from pydantic import Field
 from irforge.artifacts import lineage
 from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
+from tasks.common.release.files import FILES_SCHEMA
 from tasks.cure.dataset.card import CardInfo, ModelInfo, PromptInfo
 from tasks.cure.dataset.layout import write_release
 from tasks.cure.dataset.schema import LANGUAGES, release_configs
@@ -47,16 +48,7 @@ class ReleaseConfig(StrictModel):
     license_link: str | None = None
 
 
-SCHEMA = pa.schema(
-    [
-        pa.field("config", pa.string(), nullable=False),
-        pa.field("split", pa.string(), nullable=False),
-        pa.field("path", pa.string(), nullable=False),
-        pa.field("rows", pa.int64(), nullable=False),
-        pa.field("bytes", pa.int64(), nullable=False),
-        pa.field("sha256", pa.string(), nullable=False),
-    ]
-)
+SCHEMA = FILES_SCHEMA
 EXCLUDED_SCHEMA = exclusion_schema(
     pa.field("config", pa.string(), nullable=False), pa.field("split", pa.string(), nullable=False)
 )

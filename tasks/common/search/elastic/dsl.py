@@ -17,7 +17,7 @@ from tasks.common.search.port import F32
 VectorIndexType = Literal[
     "hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "flat", "int8_flat", "int4_flat", "bbq_flat"
 ]
-Analyzer = Literal["standard", "english"]
+Analyzer = Literal["standard", "english", "whitespace"]  # whitespace: text analysed before indexing
 Lexical = Literal["match", "phrase", "fuzzy"]
 
 TEXT_FIELD = "text"

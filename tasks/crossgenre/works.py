@@ -1,0 +1,155 @@
+"""Cited works of a news page: its study references grouped by publication, and the rules
+that decide whether the page reports on one study (paper 003 §2; the stage is
+``tasks/crossgenre/stages/single_study.py``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from tasks.common.pubmed.port import ArticleId, IdKind, PubmedRecord, PubmedSource
+from tasks.crossgenre.roundup import roundup_wording, two_claims
+
+_ID_KINDS = frozenset({"doi", "pmid", "pmcid", "pii"})
+
+
+@dataclass
+class Work:
+    """The references of one cited publication; ``pmid`` when PubMed knows it."""
+
+    key: str
+    pmid: str | None
+    refs: list[dict[str, Any]] = field(default_factory=list)
+
+    def cited(self) -> dict[str, Any]:
+        first = self.refs[0]
+        if self.pmid is not None:
+            url = next((r["url"] for r in self.refs if r["kind"] != "text"), first["url"])
+            return {"id_kind": "pmid", "id_value": self.pmid, "url": url}
+        if first["id_kind"]:
+            return {"id_kind": first["id_kind"], "id_value": first["id_value"], "url": first["url"]}
+        return {"id_kind": "url", "id_value": first["url"], "url": first["url"]}
+
+
+def article_id(ref: Mapping[str, Any]) -> ArticleId | None:
+    kind, value = ref.get("id_kind"), ref.get("id_value")
+    return ArticleId(cast(IdKind, kind), value) if kind in _ID_KINDS and value else None
+
+
+def _url_key(url: str) -> str:
+    bare = re.sub(r"^[a-z]+://(?:www\.)?", "", url.strip(), flags=re.IGNORECASE)
+    return re.split(r"[?#]", bare, maxsplit=1)[0].rstrip("/").lower()
+
+
+def group_works(refs: Sequence[Mapping[str, Any]], pmids: Mapping[ArticleId, str | None]) -> list[Work]:
+    """``refs`` grouped into works, in order of first reference (see the module docstring)."""
+    works: dict[str, Work] = {}
+    for ref in refs:
+        aid = article_id(ref)
+        pmid = pmids.get(aid) if aid is not None else None
+        if pmid is not None:
+            key = f"pmid:{pmid}"
+        elif aid is not None:
+            key = f"{aid.kind}:{aid.value.lower()}"
+        else:
+            key = f"url:{_url_key(ref['url'])}"
+        works.setdefault(key, Work(key, pmid)).refs.append(dict(ref))
+    return list(works.values())
+
+
+def related_series(works: Sequence[Work], records: Mapping[str, PubmedRecord]) -> str | None:
+    """Why the works are one tight series (same first author, or same journal issue), or None."""
+    found = [records.get(w.pmid) if w.pmid else None for w in works]
+    if any(r is None for r in found):
+        return None
+    recs = cast(list[PubmedRecord], found)
+    firsts = {r.authors[0].casefold() if r.authors else "" for r in recs}
+    if len(firsts) == 1 and "" not in firsts:
+        return f"same first author ({recs[0].authors[0]})"
+    issues = {(r.journal.casefold(), r.volume, r.issue) for r in recs}
+    if len(issues) == 1 and recs[0].volume and recs[0].issue:
+        return f"same journal issue ({recs[0].journal} {recs[0].volume}({recs[0].issue}))"
+    return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    keep: bool | None  # None: undecided
+    rule: str
+    why: str
+    reason: str = ""  # the excluded reason
+
+
+def decide(
+    headline: str,
+    works: Sequence[Work],
+    records: Mapping[str, PubmedRecord],
+    max_works: int,
+    roundup_patterns: Sequence[str] = (),
+) -> Verdict:
+    """The first rule that applies, in order (paper 003 §2; ``decided_by`` names it):
+
+    1. ``roundup_wording`` — the headline reads as a round-up, digest, "in brief", a count of
+       studies or a numbered listicle (:mod:`tasks.crossgenre.roundup`: English, German, French,
+       Spanish, plus the config's ``roundup_patterns``; review wording such as "meta-analysis
+       finds" turns the counting patterns off) → ``roundup``.
+    2. ``too_many_works`` — more than ``max_works`` works → ``multiple_studies``.
+    3. ``one_work`` → kept.
+    4. ``related_series`` — every work is a PubMed record, and all share the first author, or all
+       the journal, volume and issue → kept.
+    5. ``two_claims`` — a headline of two claims joined by ";" → ``roundup``.
+    6. ``unrelated_works`` — otherwise undecided: asked to the LLM when ``llm`` is set (prompt
+       ``prompts/crossgenre/single_study.md``, JSON ``{"single_study": bool, "reason": str}``;
+       ``decided_by: llm``; a false answer → ``multiple_studies``; a failed request →
+       ``invalid_reply`` / ``truncated`` / ``request_failed`` with the raw reply), else ``undecided``.
+    """
+    wording = roundup_wording(headline, list(roundup_patterns))
+    if wording:
+        return Verdict(False, "roundup_wording", f"round-up headline ({wording})", "roundup")
+    n = len(works)
+    if n == 0:
+        return Verdict(False, "no_works", "no study reference to decide on", "undecided")
+    if n > max_works:
+        why = f"{n} distinct cited works (more than max_works {max_works})"
+        return Verdict(False, "too_many_works", why, "multiple_studies")
+    if n == 1:
+        return Verdict(
+            True, "one_work", f"one cited work ({works[0].key}, {len(works[0].refs)} reference(s))"
+        )
+    series = related_series(works, records)
+    if series:
+        return Verdict(True, "related_series", f"{n} works of one series: {series}")
+    if two_claims(headline):
+        return Verdict(
+            False, "two_claims", f"{n} unrelated works and a headline of two claims joined by ';'", "roundup"
+        )
+    keys = ", ".join(w.key for w in works)
+    return Verdict(None, "unrelated_works", f"{n} works not one series ({keys})", "undecided")
+
+
+def works_text(works: Sequence[Work], records: Mapping[str, PubmedRecord]) -> str:
+    lines = []
+    for i, work in enumerate(works, 1):
+        record = records.get(work.pmid) if work.pmid else None
+        if record is not None:
+            author = record.authors[0] if record.authors else "no author"
+            lines.append(
+                f"{i}. {record.title} ({record.journal}, {record.year or 'no year'}; first author {author})"
+            )
+        else:
+            lines.append(f"{i}. {work.refs[0]['url']} (not in PubMed)")
+    return "\n".join(lines)
+
+
+def lookup_works(
+    source: PubmedSource, pages: Sequence[Sequence[Mapping[str, Any]]]
+) -> tuple[list[list[Work]], Mapping[str, PubmedRecord]]:
+    """Each page's works (``pages``: their study references) and the records of the works of
+    pages with several (what :func:`related_series` compares)."""
+    ids = sorted({aid for refs in pages for ref in refs if (aid := article_id(ref))})
+    pmids = source.pmids_for(ids) if ids else {}
+    works = [group_works(refs, pmids) for refs in pages]
+    several = sorted({w.pmid for ws in works if len(ws) > 1 for w in ws if w.pmid})
+    return works, source.records(several) if several else {}
