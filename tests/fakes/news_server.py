@@ -133,8 +133,8 @@ class NewsServer(RecordingService[NewsRequest]):
             kind = "application/atom+xml" if feed.kind == "atom" else "application/rss+xml"
             return 200, body.encode("utf-8"), f"{kind}; charset=utf-8", {}
         if path in self.pages:
-            body, content_type = self.pages[path]
-            return 200, body, content_type, {}
+            page, content_type = self.pages[path]
+            return 200, page, content_type, {}
         return 404, b"<html><body><h1>Not found</h1></body></html>", "text/html", {}
 
     def _link(self, entry: Entry) -> str:

@@ -14,6 +14,12 @@ matched), ``outbound_domains`` (hosts linked, other than the page's own site, in
 order) and ``skipped_links`` (research-looking links that are not publications — trial
 registries, journal homepages, index searches — with the reason). Excluded:
 ``no_study_link``, the detail naming the outbound domains and the skipped links.
+
+``landing_pages`` (off by default: the demo is offline) fetches the landing page of each
+journal link without an identifier in its URL and takes the PMID / DOI / PMCID its meta tags
+declare (:mod:`tasks.crossgenre.landing`), so single_study groups it with the other links to
+that work and resolve finds its PMID; a page that cannot be read leaves the link as it was,
+its ``reason`` saying why. The fetch day is a fingerprint input, as in ingest.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from tasks.crossgenre.domains import (
     describe_domains,
     load_domains,
 )
+from tasks.crossgenre.landing import LandingConfig, LandingPages, fetch_day
 from tasks.crossgenre.stages.extract import SCHEMA as EXTRACT_SCHEMA
 from tasks.crossgenre.study_links import Skipped, StudyLink, classify_url, identifier_link
 
@@ -61,6 +68,11 @@ class JournalLinksConfig(StrictModel):
     )
     extra_domains: list[str] = Field([], description="More journal/publisher domains (subdomains match).")
     exclude_domains: list[str] = Field([], description="Domains never taken for journals.")
+    landing_pages: LandingConfig | None = Field(
+        None,
+        description="Fetch journal links without an identifier and read their citation_doi / "
+        "citation_pmid / DC meta; None: off (offline).",
+    )
 
 
 _S = pa.string()
@@ -102,7 +114,10 @@ def domains_for(ctx: StageContext[JournalLinksConfig]) -> DomainList:
 
 
 def inputs(ctx: StageContext[JournalLinksConfig]) -> dict[str, Any]:
-    return {"domain_files": describe_domains(*_paths(ctx))}
+    out: dict[str, Any] = {"domain_files": describe_domains(*_paths(ctx))}
+    if ctx.config.landing_pages is not None:  # landing pages change: a new fetch day, a new artifact
+        out["landing_fetch_day"] = fetch_day(ctx.config.landing_pages)
+    return out
 
 
 def _source(ctx: StageContext[JournalLinksConfig], _inputs: dict[str, Any]) -> ArtifactSource:
@@ -155,27 +170,43 @@ def _no_link_detail(outbound: list[str], skipped: list[Skipped]) -> str:
     return detail
 
 
+def _judged(
+    row: dict[str, Any], domains: DomainList, pages: LandingPages | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """A page's kept row, or its excluded row (``pages``: landing pages looked up, or not)."""
+    links, skipped, outbound = page_study_links(row, domains)
+    if not links:
+        detail = _no_link_detail(outbound, skipped)
+        return None, {
+            "reason": "no_study_link",
+            "detail": detail,
+            "page_id": row["page_id"],
+            "url": row["url"],
+        }
+    if pages is not None:
+        links = pages.fill(links)
+    kept = {
+        **{f.name: row[f.name] for f in PAGE_FIELDS},
+        "study_links": [link.row() for link in links],
+        "outbound_domains": outbound,
+        "skipped_links": [{"url": s.url, "reason": s.reason} for s in skipped],
+    }
+    return kept, None
+
+
 def process(chunk: pa.Table, ctx: StageContext[JournalLinksConfig]) -> ChunkResult:
     domains = domains_for(ctx)
-    kept: list[dict[str, Any]] = []
-    excluded: list[dict[str, Any]] = []
-    for row in chunk.to_pylist():
-        links, skipped, outbound = page_study_links(row, domains)
-        if not links:
-            detail = _no_link_detail(outbound, skipped)
-            excluded.append(
-                {"reason": "no_study_link", "detail": detail, "page_id": row["page_id"], "url": row["url"]}
-            )
-            continue
-        kept.append(
-            {
-                **{f.name: row[f.name] for f in PAGE_FIELDS},
-                "study_links": [link.row() for link in links],
-                "outbound_domains": outbound,
-                "skipped_links": [{"url": s.url, "reason": s.reason} for s in skipped],
-            }
-        )
-    return ChunkResult(rows_to_table(kept, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA))
+    landing = ctx.config.landing_pages
+    pages = LandingPages(landing, ctx.cache_dir) if landing is not None else None
+    try:
+        judged = [_judged(row, domains, pages) for row in chunk.to_pylist()]
+    finally:
+        if pages is not None:
+            pages.close()
+    kept = [row for row, _ in judged if row is not None]
+    excluded = [row for _, row in judged if row is not None]
+    cost = {"http_requests": float(pages.requests)} if pages is not None else {}
+    return ChunkResult(rows_to_table(kept, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA), cost=cost)
 
 
 SPEC: StageSpec[JournalLinksConfig] = StageSpec(
