@@ -224,11 +224,13 @@ def plan_expansions(
     dictionary: Mapping[str, Sequence[str]],
     min_count: int,
     chooser: Callable[[list[list[str]]], list[int]],
+    min_documents: int = 0,
 ) -> list[Expansion]:
     """The abbreviations to expand: written ``min_count`` times or more across ``headlines``
     (stop words dropped first), each with the long form that ``chooser`` (``pre`` terms of
     each long form → corpus documents holding them, e.g. :func:`phrase_documents`) ranks
-    first; sorted by abbreviation."""
+    first, if at least ``min_documents`` documents hold it (a long form no abstract writes
+    only takes the abbreviation's own match away); sorted by abbreviation."""
     counts = Counter(w for ws in _grouped(headlines) for w in ws if w.lower() not in STOP_WORDS)
     chosen = sorted(a for a, c in counts.items() if c >= min_count and a in dictionary and is_abbreviation(a))
     forms = [tuple(dictionary[a]) for a in chosen]
@@ -238,7 +240,8 @@ def plan_expansions(
     for abr, fs in zip(chosen, forms, strict=True):
         docs = [next(held) for _ in fs]
         best = max(range(len(fs)), key=lambda i: (docs[i], -i))
-        plan.append(Expansion(abr, counts[abr], fs[best], fs, docs[best]))
+        if docs[best] >= min_documents:
+            plan.append(Expansion(abr, counts[abr], fs[best], fs, docs[best]))
     return plan
 
 

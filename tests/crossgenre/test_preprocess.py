@@ -142,6 +142,15 @@ def test_ambiguous_abbreviation_takes_the_long_form_the_corpus_holds() -> None:
     nothing = analyse_corpus(["unrelated words"], "pre")
     plan = plan_expansions(HEADLINES, dictionary, 2, lambda terms: phrase_documents(nothing, terms))
     assert next(e for e in plan if e.abbreviation == "MS").long_form == "medical student"  # tie: the first
+    # with min_documents, a long form no document writes is not used: the abbreviation stays
+    guarded = plan_expansions(
+        HEADLINES, dictionary, 2, lambda t: phrase_documents(nothing, t), min_documents=1
+    )
+    assert guarded == []
+    kept = plan_expansions(
+        HEADLINES, dictionary, 2, lambda t: phrase_documents(ms_corpus, t), min_documents=1
+    )
+    assert [(e.abbreviation, e.long_form) for e in kept] == [("MS", "multiple sclerosis")]
 
 
 def test_expansion_in_queries() -> None:

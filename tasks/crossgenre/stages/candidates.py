@@ -88,6 +88,11 @@ class CandidatesConfig(StrictModel):
     document: Literal["abstract", "title_abstract"] = Field("abstract", description="What is indexed.")
     abbreviations: str = Field(ABBREVIATIONS, description="CSV abr,long_form (relative to the config).")
     abbreviation_min_count: int = Field(3, ge=1, description="Paper: 'more than twice' in the headlines.")
+    abbreviation_min_documents: int = Field(
+        1,
+        ge=0,
+        description="Expand only into a long form this many documents write (0: always, as the paper).",
+    )
     backend: Literal["embedded", "elasticsearch"] = "embedded"
     elasticsearch_index: str = Field("irforge-crossgenre", description="Index name prefix (ES_URL's server).")
     threads: Transport[int | None] = Field(None, ge=1, description="Search threads (default: CPUs).")
@@ -193,6 +198,7 @@ def _plan(ctx: StageContext[CandidatesConfig], headlines: list[str], corpus: Tok
         dictionary,
         ctx.config.abbreviation_min_count,
         lambda terms: phrase_documents(corpus, terms),
+        min_documents=ctx.config.abbreviation_min_documents,
     )
 
 
