@@ -61,7 +61,12 @@ class WordVectors:
             return []
         scores = self.vectors @ self.vectors[i]
         scores[i] = -np.inf
-        order = np.argsort(-scores, kind="stable")[:k]  # stable: ties keep the frequency order
+        # The k best without sorting the whole vocabulary: every word scoring at least the k-th
+        # best (ties included), then score desc, frequency rank (index) asc.
+        best = np.arange(len(scores))
+        if k < len(scores):
+            best = np.flatnonzero(scores >= np.partition(scores, len(scores) - k)[len(scores) - k])
+        order = best[np.lexsort((best, -scores[best]))][:k]
         return [self.words[j] for j in order.tolist() if np.isfinite(scores[j])]
 
 

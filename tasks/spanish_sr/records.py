@@ -1,0 +1,285 @@
+"""Bibliographic records from the files people export them in (issue 17 §1), read one file at a time.
+
+Formats and their default field names (a source's ``field_map`` overrides any of them):
+
+- ``xlsx`` (openpyxl, read-only, first sheet) and ``csv`` (delimiter sniffed among ``,;\\t``):
+  a header row, then one record per row, numbered as a spreadsheet shows it (header = 1).
+  Defaults are the column names of a LILACS/BVS export (https://pesquisa.bvsalud.org/,
+  "Export" → CSV): ``ID``, ``Title``, ``Abstract``, ``Language``, ``Publication year``,
+  ``DOI``, ``Descriptor(s)`` (DeCS/MeSH, separated by ``descriptor_separator``). We found no
+  official specification; these names are what two public projects that read BVS exports
+  use, matched case-insensitively;
+- ``ris``: records between ``TY`` and ``ER`` lines, numbered in file order and each parsed
+  by ``rispy``, whose keys are the field names (``id``, ``title``/``primary_title``,
+  ``abstract``/``notes_abstract``, ``language``, ``year``/``publication_year``, ``doi``,
+  ``keywords``). rispy itself silently merges a record that lacks its ``ER`` into the next,
+  hence the split here;
+- ``json`` (a list of objects) and ``jsonl`` (one object per line, numbered by line): keys
+  ``id``, ``title``, ``abstract``, ``language``, ``year``, ``doi``, ``descriptors``
+  (a dotted name reaches into nested objects);
+- ``bioc`` (BioC XML, ``bioc``): one record per document, its id the document id; title and
+  abstract are the passages whose ``type`` infon is ``title`` and ``abstract``; the other
+  fields are document (else first passage) infons ``language``, ``year``,
+  ``article-id_doi``, ``kwd``;
+- ``medline`` (MEDLINE/PubMed XML, :mod:`tasks.common.pubmed.medline`): PMID, title,
+  abstract, year, DOI and MeSH descriptors; no field map;
+- ``brat``: one ``.txt`` file is one record (CT-EBM-SP): the first non-blank line is the
+  title, the other non-blank lines the abstract, the file name its id; no field map.
+
+Text files are UTF-8 (a BOM is dropped); otherwise the source's ``encoding``, else
+``charset-normalizer`` choosing among cp1252 and latin-1 only (left free it reads
+Spanish latin-1 as cp1250, turning "ñ" into "ń"). What each file was read as is returned.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import openpyxl  # type: ignore[import-untyped]
+from charset_normalizer import from_bytes
+from pydantic import Field
+
+from irforge.config import StrictModel
+from irforge.errors import ConfigError
+from tasks.common.text.identifiers import normalise_doi
+
+Format = Literal["xlsx", "csv", "ris", "json", "jsonl", "bioc", "medline", "brat"]
+FIELDS = ("id", "title", "abstract", "language", "year", "doi", "descriptors")
+FALLBACK_ENCODINGS = ("cp1252", "latin_1")
+SUFFIXES: dict[str, Format | None] = {
+    ".xlsx": "xlsx",
+    ".csv": "csv",
+    ".ris": "ris",
+    ".json": "json",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".txt": "brat",
+    ".xml": None,  # BioC or MEDLINE: told by the root element
+    ".xml.gz": "medline",
+}
+_BVS: dict[str, tuple[str, ...]] = {
+    "id": ("ID",),
+    "title": ("Title",),
+    "abstract": ("Abstract",),
+    "language": ("Language",),
+    "year": ("Publication year",),
+    "doi": ("DOI",),
+    "descriptors": ("Descriptor(s)",),
+}
+_PLAIN: dict[str, tuple[str, ...]] = {f: (f,) for f in FIELDS}
+DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "xlsx": _BVS,
+    "csv": _BVS,
+    "ris": {
+        **_PLAIN,
+        "title": ("title", "primary_title"),
+        "abstract": ("abstract", "notes_abstract"),
+        "year": ("year", "publication_year"),
+        "descriptors": ("keywords",),
+    },
+    "json": _PLAIN,
+    "jsonl": _PLAIN,
+    "bioc": {**_PLAIN, "doi": ("article-id_doi",), "descriptors": ("kwd",)},
+}
+_YEAR = re.compile(r"\b(1[5-9]\d\d|20\d\d)\b")
+_ROOT = re.compile(rb"<([A-Za-z_][\w.:-]*)")
+
+
+class FieldMap(StrictModel):
+    """Which column / key / infon holds each field; None: the format's default (module doc)."""
+
+    id: str | None = None
+    title: str | None = None
+    abstract: str | None = None
+    language: str | None = None
+    year: str | None = None
+    doi: str | None = None
+    descriptors: str | None = None
+    descriptor_separator: str = Field(";", min_length=1, description="Between descriptors in one cell.")
+
+    def given(self) -> dict[str, str]:
+        return {f: v for f in FIELDS if (v := getattr(self, f)) is not None}
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record read (``fields`` normalised), or why record ``number`` could not be."""
+
+    number: int
+    fields: dict[str, Any] | None = None
+    reason: str | None = None
+    detail: str | None = None
+
+
+@dataclass
+class FileRead:
+    format: Format
+    encoding: str | None
+    records: list[Record] = field(default_factory=list)
+
+
+class Unreadable(Exception):
+    """The file as a whole cannot be read (the message says why)."""
+
+
+def resolve_format(path: Path, data: bytes) -> Format:
+    name = path.name.lower()
+    for suffix, fmt in sorted(SUFFIXES.items(), key=lambda kv: -len(kv[0])):
+        if name.endswith(suffix):
+            return fmt if fmt is not None else _xml_kind(data)
+    raise Unreadable(f"no format for this file name; known: {', '.join(SUFFIXES)}")
+
+
+def _xml_kind(data: bytes) -> Format:
+    head = re.sub(rb"<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^>]*>", b"", data[:4096], flags=re.S)
+    found = _ROOT.search(head)
+    root = found.group(1).decode("ascii", "replace") if found else ""
+    if root == "collection":
+        return "bioc"
+    if root in ("PubmedArticleSet", "MedlineCitationSet"):
+        return "medline"
+    raise Unreadable(f"neither BioC nor MEDLINE/PubMed XML: root <{root}>")
+
+
+def decode(data: bytes, encoding: str | None) -> tuple[str, str]:
+    """The text and the encoding it was read as (module doc)."""
+    if encoding:
+        try:
+            return data.decode(encoding), encoding
+        except (UnicodeDecodeError, LookupError) as err:
+            raise Unreadable(f"not {encoding}: {err}") from None
+    try:
+        return data.decode("utf-8-sig"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    best = from_bytes(data, cp_isolation=list(FALLBACK_ENCODINGS)).best()
+    if best is None:
+        raise Unreadable(f"neither UTF-8 nor {' / '.join(FALLBACK_ENCODINGS)}")
+    return str(best), best.encoding
+
+
+def normalised(raw: dict[str, Any], separator: str) -> dict[str, Any]:
+    """Raw values → the kept fields: stripped strings (blank → None), year as int, DOI
+    normalised, descriptors a list."""
+    out: dict[str, Any] = {}
+    for name in FIELDS:
+        value = raw.get(name)
+        if name == "descriptors":
+            items = value if isinstance(value, list | tuple) else [] if value is None else [value]
+            parts = [p for v in items for p in str(v).split(separator) if v is not None]
+            out[name] = [s for p in parts if (s := p.strip())]
+            continue
+        text = None if value is None else str(value).strip() or None
+        if name == "year":
+            found = _YEAR.search(text) if text else None
+            text = int(found.group(1)) if found else None  # type: ignore[assignment]
+        elif name == "doi" and text:
+            text = normalise_doi(text)
+        out[name] = text
+    return out
+
+
+# --- tables -------------------------------------------------------------------------------
+
+
+def _xlsx_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
+    try:
+        book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as err:
+        raise Unreadable(f"not an XLSX workbook: {err}") from None
+    try:
+        sheet = book.worksheets[0]
+        for number, row in enumerate(sheet.iter_rows(values_only=True), start=1):
+            yield number, list(row)
+    finally:
+        book.close()
+
+
+def _csv_rows(text: str) -> Iterator[tuple[int, list[Any]]]:
+    try:
+        dialect: Any = csv.Sniffer().sniff(text[:8192], delimiters=",;\t")
+    except csv.Error:
+        dialect = csv.excel
+    reader = csv.reader(io.StringIO(text, newline=""), dialect, strict=True)
+    number = 0
+    try:
+        for number, row in enumerate(reader, start=1):
+            yield number, list(row)
+    except csv.Error as err:
+        yield number + 1, [_CsvFailure(f"line {reader.line_num}: {err}")]
+
+
+@dataclass(frozen=True)
+class _CsvFailure:
+    detail: str
+
+
+def _tabular(path: Path, rows: Iterator[tuple[int, list[Any]]], fields: FieldMap) -> list[Record]:
+    header: list[str] | None = None
+    columns: dict[str, int] = {}
+    out: list[Record] = []
+    for number, row in rows:
+        if row and isinstance(row[0], _CsvFailure):
+            out.append(Record(number, reason="malformed_record", detail=f"{row[0].detail}; rest not read"))
+            break
+        if all(c is None or str(c).strip() == "" for c in row):
+            continue  # a blank row is no record
+        if header is None:
+            header = [str(c).strip() if c is not None else "" for c in row]
+            columns = _columns(path, header, fields)
+            continue
+        if len(row) > len(header) and any(str(c).strip() for c in row[len(header) :] if c is not None):
+            detail = f"{len(row)} cells for {len(header)} columns"
+            out.append(Record(number, reason="malformed_record", detail=detail))
+            continue
+        raw = {f: row[i] if i < len(row) else None for f, i in columns.items()}
+        out.append(Record(number, normalised(raw, fields.descriptor_separator)))
+    if header is None:
+        raise Unreadable("no header row")
+    return out
+
+
+def _columns(path: Path, header: list[str], fields: FieldMap) -> dict[str, int]:
+    """Field → column index; a configured column the header lacks is a ConfigError."""
+    lower = {h.casefold(): i for i, h in reversed(list(enumerate(header)))}
+    given = fields.given()
+    out: dict[str, int] = {}
+    for name in FIELDS:
+        if name in given:
+            if given[name].casefold() not in lower:
+                raise ConfigError(
+                    f"{path}: field_map.{name} column {given[name]!r} is not in the header ({', '.join(header)})"
+                )
+            out[name] = lower[given[name].casefold()]
+        else:
+            found = [lower[c.casefold()] for c in DEFAULTS["csv"][name] if c.casefold() in lower]
+            if found:
+                out[name] = found[0]
+    if "title" not in out and "abstract" not in out:
+        raise ConfigError(f"{path}: no title or abstract column in the header; set field_map")
+    return out
+
+
+# --- RIS, JSON ----------------------------------------------------------------------------
+
+
+def _pick(raw: dict[str, Any], name: str, fmt: str, fields: FieldMap) -> Any:
+    given = fields.given().get(name)
+    for key in (given,) if given else DEFAULTS[fmt][name]:
+        value: Any = raw
+        for part in key.split(".") if fmt in ("json", "jsonl") else [key]:
+            value = value.get(part) if isinstance(value, dict) else None
+        if value not in (None, "", []):
+            return value
+    return None
+
+
+def _mapped(raw: dict[str, Any], fmt: str, fields: FieldMap) -> dict[str, Any]:
+    return normalised({f: _pick(raw, f, fmt, fields) for f in FIELDS}, fields.descriptor_separator)
