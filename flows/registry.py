@@ -10,6 +10,7 @@ import tasks.cure
 import tasks.cure.report
 import tasks.evidencebench
 import tasks.evidencebench.report
+import tasks.spanish_sr
 from irforge.errors import IrforgeError
 from irforge.pipeline import Pipeline
 
@@ -37,6 +38,12 @@ PIPELINES: dict[str, Pipeline] = {
         stages=tasks.crossgenre.STAGES,
         default_config=CONFIGS / "crossgenre.yaml",
         report_sections=tasks.crossgenre.report.SECTIONS,
+    ),
+    "spanish_sr": Pipeline(
+        name="spanish_sr",
+        config_type=tasks.spanish_sr.SpanishSrConfig,
+        stages=tasks.spanish_sr.STAGES,
+        default_config=CONFIGS / "spanish_sr.yaml",
     ),
 }
 

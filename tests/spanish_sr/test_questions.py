@@ -23,7 +23,8 @@ from irforge.errors import ConfigError
 from tasks.common.llm.config import LLMConfig
 from tasks.spanish_sr.language import PROFILES
 from tasks.spanish_sr.question_llm import load_prompt, parse_reply
-from tasks.spanish_sr.stages.questions import INPUT_COLUMNS, SPEC, QuestionsConfig, rule_question
+from tasks.spanish_sr.question_rules import rule_question
+from tasks.spanish_sr.stages.questions import INPUT_COLUMNS, SPEC, QuestionsConfig
 from tests.fakes.llm_server import DEFAULT_MODEL, FakeChat, last_user_text
 from tests.spanish_sr.conftest import CT_EBM_SP, artifact_of, run_one
 from tests.spanish_sr.test_clean import clean

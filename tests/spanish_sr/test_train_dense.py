@@ -22,7 +22,7 @@ from tests.spanish_sr.test_clean import clean
 from tests.spanish_sr.test_ingest import ingest
 from tests.spanish_sr.test_questions import questions
 
-SMALL = {"epochs": 1, "batch_size": 8, "max_seq_length": 64, "seeds": [42]}
+SMALL = {"epochs": 1, "train_batch_size": 8, "max_seq_length": 64, "seeds": [42]}
 
 
 def real_fifty(root: Path) -> tuple[Artifact, Artifact]:

@@ -5,29 +5,18 @@ the abstract is its passage. Modes:
 
 - ``title`` (default, the paper's setting): the title itself, whitespace collapsed and a
   final full stop, colon or semicolon dropped;
-- ``rule``: the first :class:`~tasks.spanish_sr.language.QuestionRule` of the language
-  profile whose pattern the title matches writes the question, else the profile's fallback
-  (shape ``other``). Spanish shapes (``tasks/spanish_sr/language.py``): ``question`` (the
-  title already asks: kept as written), ``effect`` ("Efecto de …" → "¿Cuál es el efecto de
-  …?"), ``efficacy`` ("Eficacia / Efectividad / Seguridad …" → "¿Cuál es la …?"),
-  ``association`` ("Asociación / Relación / Correlación …" → "¿Existe …?"), ``prevalence``,
-  ``factors``, ``comparison`` ("Comparación de …" → "¿Qué muestra la comparación de …?"),
-  ``versus`` ("X versus Y en Z" → "¿Qué diferencia hay entre X y Y en Z?"), ``treatment``
-  ("Uso de …" → "¿Es útil el uso de …?"), ``evaluation``; ``other``: "¿Qué se sabe sobre …?";
+- ``rule``: a "¿…?" template chosen by the title's shape from the language profile
+  (:func:`tasks.spanish_sr.question_rules.rule_question` lists the shapes);
 - ``llm``: the title rewritten by an LLM (:mod:`tasks.spanish_sr.question_llm`, prompt
   ``prompts/spanish_sr/question.md``; JSON reply validated, cached, cost counted).
 
-Kept (unit ``record_id``): ``record_id``, ``question``, ``mode``, ``shape`` (mode ``rule``),
-``model`` (mode ``llm``: the model that answered), ``title``, ``abstract``. Excluded:
-``no_title`` (no letter or digit in it), ``title_equals_abstract`` (equal once normalised:
-:func:`tasks.common.text.variants.normalise`, final full stop dropped), and the LLM's
-``invalid_reply`` / ``truncated`` / ``request_failed`` with the raw reply.
+Kept: ``record_id``, ``question``, ``mode``, ``shape`` (rule), ``model`` (llm), ``title``,
+``abstract``. Excluded: ``no_title``, ``title_equals_abstract`` (equal once normalised) and the
+LLM's ``invalid_reply`` / ``truncated`` / ``request_failed`` with the raw reply.
 """
 
 from __future__ import annotations
 
-import re
-from functools import cache
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -36,10 +25,10 @@ from pydantic import Field, field_validator, model_validator
 from irforge.config import StrictModel
 from irforge.stage import ArtifactSource, ChunkResult, StageContext, StageSpec, rows_to_table
 from tasks.common.llm.config import LLMConfig, describe
-from tasks.common.llm.stage import LLMCalls, failure_schema, llm_cost
-from tasks.common.text.variants import normalise
-from tasks.spanish_sr.language import PROFILES, LanguageProfile, QuestionRule, profile
+from tasks.common.llm.stage import LLMCalls, failure_schema, llm_cost, required
+from tasks.spanish_sr.language import PROFILES, profile
 from tasks.spanish_sr.question_llm import DEFAULT_PROMPT, ask_llm, load_prompt
+from tasks.spanish_sr.question_rules import clean_title, rule_question, title_problem
 
 Mode = Literal["title", "rule", "llm"]
 INPUT_COLUMNS = ["record_id", "source", "record", "title", "abstract"]
@@ -70,13 +59,10 @@ class QuestionsConfig(StrictModel):
 _S = pa.string()
 SCHEMA = pa.schema(
     [
-        pa.field("record_id", _S, nullable=False),
-        pa.field("question", _S, nullable=False),
-        pa.field("mode", _S, nullable=False),
+        *required(record_id=_S, question=_S, mode=_S),
         pa.field("shape", _S),
         pa.field("model", _S),
-        pa.field("title", _S, nullable=False),
-        pa.field("abstract", pa.large_string(), nullable=False),
+        *required(title=_S, abstract=pa.large_string()),
     ]
 )
 EXCLUDED_SCHEMA = failure_schema(
@@ -85,47 +71,6 @@ EXCLUDED_SCHEMA = failure_schema(
     extra=[pa.field("source", _S), pa.field("record", pa.int32())],
     attempts_required=False,
 )
-
-
-@cache
-def _compiled(rule: QuestionRule) -> tuple[re.Pattern[str], tuple[tuple[re.Pattern[str], str], ...]]:
-    subs = tuple((re.compile(p, re.IGNORECASE), r) for p, r in rule.replace)
-    return re.compile(rule.pattern, re.IGNORECASE), subs
-
-
-def _lower_first(text: str) -> str:
-    """The first letter lower-cased, unless the first word has another capital (an acronym)."""
-    first = text.split(" ", 1)[0]
-    return text if any(c.isupper() for c in first[1:]) else text[:1].lower() + text[1:]
-
-
-def clean_title(title: str) -> str:
-    """Whitespace collapsed, a final full stop, colon or semicolon dropped."""
-    return " ".join(title.split()).rstrip(" .;:")
-
-
-def rule_question(title: str, lang: LanguageProfile) -> tuple[str, str]:
-    """``(question, shape)`` for ``title`` by the profile's rules (module docstring)."""
-    text = clean_title(title)
-    if text.startswith("[") and text.endswith("]"):  # MEDLINE's bracketed translated title
-        text = clean_title(text[1:-1])
-    for rule in lang.question_rules:
-        pattern, subs = _compiled(rule)
-        if pattern.search(text):
-            phrase = text
-            for sub, replacement in subs:
-                phrase = sub.sub(replacement, phrase)
-            return rule.template.format(title=text, phrase=_lower_first(phrase)), rule.shape
-    return lang.question_fallback.format(title=text, phrase=_lower_first(text)), "other"
-
-
-def _verdict(row: dict[str, Any]) -> tuple[str, str] | None:
-    title, abstract = row["title"] or "", row["abstract"] or ""
-    if not any(c.isalnum() for c in title):
-        return "no_title", f"title {title!r}"
-    if normalise(title).rstrip(" .") == normalise(abstract).rstrip(" ."):
-        return "title_equals_abstract", f"title and abstract read {clean_title(title)[:60]!r}"
-    return None
 
 
 def _place(row: dict[str, Any]) -> str:
@@ -164,7 +109,7 @@ def process(chunk: pa.Table, ctx: StageContext[QuestionsConfig]) -> ChunkResult:
     kept: list[dict[str, Any]] = []
     excluded: list[dict[str, Any]] = []
     for row in chunk.to_pylist():
-        verdict = _verdict(row)
+        verdict = title_problem(row["title"] or "", row["abstract"] or "")
         if verdict is not None:
             excluded.append(_excluded(row, *verdict))
             continue

@@ -51,7 +51,11 @@ class TrainDenseConfig(StrictModel):
     seeds: list[int] = Field([10, 42, 50], min_length=1, description="One model per seed (paper 004 §4.3).")
     validation: float = Field(0.2, gt=0, lt=1, description="Fraction of the pairs held out to validate.")
     epochs: int = Field(3, ge=1)
-    batch_size: int = Field(32, ge=2)
+    train_batch_size: int = Field(
+        32,
+        ge=2,
+        description="Pairs per training step (with MNRL, also the in-batch negatives: it changes the model).",
+    )
     learning_rate: float = Field(3e-5, gt=0)
     warmup_ratio: float = Field(0.1, ge=0, le=1, description="Fraction of the steps spent warming up.")
     weight_decay: float = Field(0.01, ge=0)
@@ -67,8 +71,8 @@ class TrainDenseConfig(StrictModel):
         return self
 
     def settings(self) -> Settings:
-        fields = Settings.__dataclass_fields__
-        return Settings(**{name: getattr(self, name) for name in fields})
+        fields = set(Settings.__dataclass_fields__) - {"batch_size"}
+        return Settings(batch_size=self.train_batch_size, **{name: getattr(self, name) for name in fields})
 
 
 _I, _F, _S = pa.int32(), pa.float64(), pa.string()
@@ -126,7 +130,7 @@ def card(config: TrainDenseConfig, seed: int, trained: Trained, train_n: int, va
             f"- loss: {config.loss}" + (f" (margin {config.margin})" if config.loss == "contrastive" else ""),
             f"- epochs: {config.epochs} (best {trained.best_epoch}; early stopping on {config.select_by}, "
             f"patience {config.patience})",
-            f"- batch size {config.batch_size}, learning rate {config.learning_rate}, warm-up ratio "
+            f"- batch size {config.train_batch_size}, learning rate {config.learning_rate}, warm-up ratio "
             f"{config.warmup_ratio}, weight decay {config.weight_decay} (AdamW)",
             f"- validation loss {trained.val_loss:.4f}, validation self-retrieval MRR {trained.val_mrr:.4f}",
             "",
