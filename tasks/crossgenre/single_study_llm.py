@@ -3,17 +3,14 @@
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Any
 
-from irforge.errors import ConfigError
 from irforge.stage import StageContext
 from tasks.common.llm.config import LLMConfig
 from tasks.common.llm.port import ChatReply, ChatRequest, ReplyInvalid
-from tasks.common.llm.prompt import PROMPTS_DIR, PromptTemplate, load_template
-from tasks.common.llm.stage import LLMCalls
+from tasks.common.llm.prompt import PromptTemplate, find_prompt
+from tasks.common.llm.stage import LLMCalls, json_object
 
 DEFAULT_PROMPT = "crossgenre/single_study.md"
 PLACEHOLDERS = frozenset({"headline", "site", "works", "text"})
@@ -26,36 +23,16 @@ REPLY_SCHEMA: dict[str, Any] = {
     "required": ["single_study", "reason"],
     "additionalProperties": False,
 }
-_FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
-
-
-def _prompt_path(base_dir: Path, name: str) -> Path:
-    for path in (base_dir / name, PROMPTS_DIR / name):
-        if path.is_file():
-            return path
-    raise ConfigError(f"single_study: no prompt file {name!r} next to the config or in {PROMPTS_DIR}")
 
 
 def load_prompt(base_dir: Path, name: str) -> PromptTemplate:
-    loaded = load_template(_prompt_path(base_dir, name), "single-study prompt")
-    used = set(loaded.template.get_identifiers())
-    if used != PLACEHOLDERS:
-        raise ConfigError(
-            f"single-study prompt {loaded.path}: placeholders must be exactly {sorted(PLACEHOLDERS)}, got {sorted(used)}"
-        )
-    return loaded
+    """The prompt ``name`` (next to the config or in ``prompts/``), with exactly :data:`PLACEHOLDERS`."""
+    return find_prompt(base_dir, name, "single-study prompt", PLACEHOLDERS)
 
 
 def parse_reply(text: str) -> tuple[bool, str]:
     """``{"single_study": bool, "reason": str}`` (a Markdown code fence allowed); ReplyInvalid otherwise."""
-    body = text.strip()
-    fenced = _FENCE.match(body)
-    try:
-        value = json.loads(fenced.group(1) if fenced else body)
-    except json.JSONDecodeError as exc:
-        raise ReplyInvalid(f"not JSON ({exc.msg} at char {exc.pos})") from None
-    if not isinstance(value, dict) or set(value) != {"single_study", "reason"}:
-        raise ReplyInvalid('not the JSON object {"single_study": ..., "reason": ...}')
+    value = json_object(text, frozenset({"single_study", "reason"}))
     if not isinstance(value["single_study"], bool):
         raise ReplyInvalid("'single_study' is not true or false")
     if not isinstance(value["reason"], str) or not value["reason"].strip():

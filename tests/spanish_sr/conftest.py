@@ -7,67 +7,14 @@ a stage's spec on such artifacts the way a flow run does (fingerprint, chunks, a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
-from pydantic import BaseModel
-
-from irforge.artifacts import Artifact, ArtifactStore
-from irforge.config import ExecutionConfig, StrictModel
-from irforge.engine import StageOutcome, StagePlan, run_stage
-from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema
+from tests import stage_harness
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 CT_EBM_SP = DATA / "spanish_sr" / "ct-ebm-sp"
 MEDLINE = DATA / "crossgenre" / "medline"
 
-
-class _Nothing(StrictModel):
-    label: str = ""
-
-
-def artifact_of(
-    root: Path, name: str, table: pa.Table, tables: Mapping[str, pa.Table] | None = None
-) -> Artifact:
-    """``table`` (and side ``tables``) published as the artifact of a stage called ``name``."""
-    side = dict(tables or {})
-    key = tuple(table.schema.names[:1])
-    excluded = exclusion_schema(table.schema.field(key[0]))
-
-    def process(chunk: pa.Table, _ctx: StageContext[Any]) -> ChunkResult:
-        return ChunkResult(chunk, excluded.empty_table(), tables=side)
-
-    spec: StageSpec[Any] = StageSpec(
-        name=name,
-        version=1,
-        config_type=_Nothing,
-        upstream=(),
-        schema=table.schema,
-        excluded_schema=excluded,
-        key=key,
-        source=lambda _ctx, _inputs: TableSource(table),
-        process=process,
-        tables={n: t.schema for n, t in side.items()},
-        whole_input=True,
-    )
-    label = f"{table.num_rows}:{hash(table.to_string())}:{sorted(side)}"
-    return run_one(root, spec, _Nothing(label=label), {}).artifact
-
-
-def run_one(
-    root: Path,
-    spec: StageSpec[Any],
-    config: BaseModel,
-    upstream: Mapping[str, Artifact],
-    base_dir: Path | None = None,
-    chunk_rows: int = 500,
-) -> StageOutcome:
-    """Run ``spec`` with ``config`` on ``upstream`` artifacts (flow ``spanish_sr``, cache in ``root/cache``)."""
-    store = ArtifactStore(root)
-    context = StageContext(config, base_dir or root, {}, None)
-    plan = StagePlan.make(spec, context, {n: a.fingerprint for n, a in upstream.items()})
-    plan = plan.with_upstream(dict(upstream), cache_dir=root / "cache")
-    (root / "cache").mkdir(parents=True, exist_ok=True)
-    return run_stage(plan, store, "spanish_sr", ExecutionConfig(chunk_rows=chunk_rows))
+artifact_of = functools.partial(stage_harness.artifact_of, flow="spanish_sr")
+run_one = functools.partial(stage_harness.run_one, flow="spanish_sr")

@@ -51,3 +51,19 @@ def load_template(path: Path, what: str) -> PromptTemplate:
     if not template.is_valid():
         raise ConfigError(f"{what} {path}: a '$' that starts no placeholder; write $$ for a dollar sign")
     return PromptTemplate(path=path, sha256=hashlib.sha256(raw).hexdigest(), template=template)
+
+
+def find_prompt(base_dir: Path, name: str, what: str, placeholders: frozenset[str]) -> PromptTemplate:
+    """The template ``name``: a file next to the flow config (``base_dir``) or in :data:`PROMPTS_DIR`
+    (``crossgenre/single_study.md``), which must use exactly ``placeholders``; a
+    :class:`~irforge.errors.ConfigError` naming ``what`` otherwise."""
+    path = next((p for p in (base_dir / name, PROMPTS_DIR / name) if p.is_file()), None)
+    if path is None:
+        raise ConfigError(f"{what}: no prompt file {name!r} next to the config or in {PROMPTS_DIR}")
+    loaded = load_template(path, what)
+    used = set(loaded.template.get_identifiers())
+    if used != placeholders:
+        raise ConfigError(
+            f"{what} {loaded.path}: placeholders must be exactly {sorted(placeholders)}, got {sorted(used)}"
+        )
+    return loaded

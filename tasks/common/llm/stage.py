@@ -13,6 +13,8 @@ sums what was paid into the manifest's cost (:func:`llm_cost`).
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -277,3 +279,21 @@ class LLMCalls:
             tables=tables,
             cost=llm_cost(self.llm, self.stats),
         )
+
+
+_FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
+
+
+def json_object(text: str, keys: frozenset[str]) -> dict[str, Any]:
+    """A reply's JSON object with exactly ``keys`` (a Markdown code fence around it allowed);
+    :class:`~tasks.common.llm.port.ReplyInvalid` saying what is wrong otherwise."""
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    try:
+        value = json.loads(fenced.group(1) if fenced else body)
+    except json.JSONDecodeError as exc:
+        raise ReplyInvalid(f"not JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(value, dict) or set(value) != keys:
+        shown = ", ".join(f'"{k}": ...' for k in sorted(keys))
+        raise ReplyInvalid(f"not the JSON object {{{shown}}}")
+    return value
