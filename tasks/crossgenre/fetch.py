@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import email.utils
 import logging
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import Message
@@ -38,6 +36,7 @@ from irforge.config import StrictModel
 from irforge.errors import IrforgeError
 from irforge.fingerprint import Transport
 from irforge.sqlite_cache import SqliteCache
+from tasks.common.pacing import HostPacer
 from tasks.common.text.document import InputRejected
 
 log = logging.getLogger(__name__)
@@ -123,31 +122,6 @@ class ResponseCache(SqliteCache[Response]):
 
     def _value(self, row: tuple[Any, ...]) -> Response:
         return Response(str(row[0]), int(row[1]), str(row[2]), bytes(row[3]), str(row[4]))
-
-
-class HostPacer:
-    """Spaces the starts of requests to one host by at least an interval (thread-safe).
-
-    ``clock`` and ``sleep`` are injectable so the pace can be checked without waiting.
-    """
-
-    def __init__(
-        self, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
-    ) -> None:
-        self._clock, self._sleep = clock, sleep
-        self._next: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def wait(self, host: str, interval: float) -> float:
-        """Block until a request to ``host`` may start; returns how long it waited."""
-        with self._lock:
-            now = self._clock()
-            start = max(now, self._next.get(host, now))
-            self._next[host] = start + interval
-        delay = start - now
-        if delay > 0:
-            self._sleep(delay)
-        return delay
 
 
 PACER = HostPacer()

@@ -18,7 +18,8 @@ from warcio.warcwriter import WARCWriter
 from irforge.config import validate_config
 from irforge.engine import StageOutcome
 from irforge.errors import ConfigError
-from tasks.crossgenre.fetch import FetchConfig, HostPacer, PoliteFetcher
+from tasks.common.pacing import HostPacer
+from tasks.crossgenre.fetch import FetchConfig, PoliteFetcher
 from tasks.crossgenre.stages.ingest import SPEC, IngestConfig
 from tests.crossgenre.conftest import NEWS, run_one
 from tests.fakes.news_server import Entry, NewsServer, news_server

@@ -284,15 +284,20 @@ class LLMCalls:
 _FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
 
 
-def json_object(text: str, keys: frozenset[str]) -> dict[str, Any]:
-    """A reply's JSON object with exactly ``keys`` (a Markdown code fence around it allowed);
-    :class:`~tasks.common.llm.port.ReplyInvalid` saying what is wrong otherwise."""
+def json_reply(text: str) -> Any:
+    """A reply's JSON value; a Markdown code fence around it (models without constrained
+    decoding often add one) is allowed. :class:`~tasks.common.llm.port.ReplyInvalid` if not JSON."""
     body = text.strip()
     fenced = _FENCE.match(body)
     try:
-        value = json.loads(fenced.group(1) if fenced else body)
+        return json.loads(fenced.group(1) if fenced else body)
     except json.JSONDecodeError as exc:
         raise ReplyInvalid(f"not JSON ({exc.msg} at char {exc.pos})") from None
+
+
+def json_object(text: str, keys: frozenset[str]) -> dict[str, Any]:
+    """A reply's JSON object (:func:`json_reply`) with exactly ``keys``; ReplyInvalid otherwise."""
+    value = json_reply(text)
     if not isinstance(value, dict) or set(value) != keys:
         shown = ", ".join(f'"{k}": ...' for k in sorted(keys))
         raise ReplyInvalid(f"not the JSON object {{{shown}}}")

@@ -28,6 +28,7 @@ import httpx
 from irforge.errors import ConfigError
 from tasks.common.llm.wire import backoff_s, retry_after_s
 from tasks.common.models.secrets import scrub
+from tasks.common.pacing import HostPacer
 from tasks.common.pubmed.port import PubmedError
 from tasks.common.urls import public_url
 
@@ -48,20 +49,11 @@ class RateLimiter:
         if not per_second > 0:
             raise ValueError(f"requests per second must be positive, got {per_second}")
         self.per_second = per_second
-        self._interval = 1.0 / per_second
-        self._clock = clock
-        self._sleep = sleep
-        self._next = float("-inf")
-        self._lock = threading.Lock()
+        self._pacer = HostPacer(clock, sleep)
 
     def wait(self) -> None:
         """Block until this caller may start a request (its slot is reserved under the lock)."""
-        with self._lock:
-            now = self._clock()
-            start = max(now, self._next)
-            self._next = start + self._interval
-        if start > now:
-            self._sleep(start - now)
+        self._pacer.wait("", 1.0 / self.per_second)
 
 
 _LIMITERS: dict[tuple[str, float], RateLimiter] = {}

@@ -24,8 +24,6 @@ OpenAI model it is a real alternative to DeepL.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from irforge.errors import ConfigError
 from tasks.common.llm.cache import ChatStats, ReplyCache, cached_chat
 from tasks.common.llm.port import ChatFailure, ChatModel, ChatModelError, ChatRequest, ReplyInvalid, Sampling
 from tasks.common.llm.prompt import PROMPTS_DIR, load_template
+from tasks.common.llm.stage import json_reply
 from tasks.common.translate.port import Translation, TranslationError, TranslatorUnavailable, check_pair
 
 ENGINE = "llm"
@@ -52,7 +51,6 @@ REPLY_SCHEMA: dict[str, Any] = {
 }
 _PLACEHOLDERS = frozenset({"source_language", "target_language", "text"})
 _REQUIRED = frozenset({"target_language", "text"})
-_FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
 _SHOWN_CHARS = 80
 
 
@@ -62,14 +60,7 @@ def parse_translation(reply: str) -> str:
     A reply wrapped in a Markdown code fence (```json ... ```) is accepted: models without
     constrained decoding often add one.
     """
-    text = reply.strip()
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1)
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReplyInvalid(f"not JSON ({exc.msg} at char {exc.pos})") from None
+    value = json_reply(reply)
     if not isinstance(value, dict):
         raise ReplyInvalid(f'not a JSON object {{"translation": ...}} but a {type(value).__name__}')
     extra = sorted(set(value) - {"translation"})
