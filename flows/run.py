@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -165,24 +166,31 @@ def _publish(
     flow_name: str, outcomes: Sequence[tuple[str, StageOutcome]], recorder: RunRecorder, report: Path | None
 ) -> None:
     """The stage table and the report's location as artifacts of the flow run (keys
-    ``<flow>-stages`` and ``<flow>-report``, so the UI keeps their history)."""
+    ``<flow>-stages`` and ``<flow>-report``, so the UI keeps their history; Prefect allows
+    only lower-case letters, digits and dashes in a key, so ``spanish_sr`` is ``spanish-sr``)."""
     if FlowRunContext.get() is None:
         return
+    key = artifact_key(flow_name)
     try:
         create_table_artifact(
             stage_rows(outcomes),
-            key=f"{flow_name}-stages",
+            key=f"{key}-stages",
             description=f"irforge run {flow_name} {recorder.run_id}: stages reused or computed",
         )
         if report is not None:
             create_link_artifact(
                 report.as_uri(),
                 link_text=str(report),
-                key=f"{flow_name}-report",
+                key=f"{key}-report",
                 description=f"The run report, on the host that ran the flow. Run record: {recorder.path}",
             )
     except Exception as exc:  # the run's own artifacts are written: only the UI's view is missing
         log.warning("Prefect artifacts not published: %s: %s", type(exc).__name__, exc)
+
+
+def artifact_key(flow_name: str) -> str:
+    """``flow_name`` as a Prefect artifact key stem: lower case, anything else than a letter or digit a dash."""
+    return re.sub(r"[^a-z0-9]+", "-", flow_name.lower()).strip("-") or "flow"
 
 
 def _run_name() -> str:

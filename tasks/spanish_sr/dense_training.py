@@ -10,9 +10,9 @@ One siamese encoder (shared weights) encodes questions and abstracts. Losses:
   sentence-transformers' ``ContrastiveLoss`` squares both terms, so it is not used. Each
   training pair gets ``negatives`` random other abstracts per epoch (seeded draw).
 
-The loop is plain torch (AdamW, linear warm-up then decay from ``transformers``):
-``SentenceTransformerTrainer`` and ``fit`` need ``accelerate``, which irforge does not
-install. Determinism: ``torch.manual_seed(seed)``, batch order and negatives from
+The loop is plain torch (:func:`tasks.spanish_sr.training_loop.fit`: AdamW, linear warm-up
+then decay, early stopping): ``SentenceTransformerTrainer`` and ``fit`` need ``accelerate``,
+which irforge does not install. Determinism: ``torch.manual_seed(seed)``, batch order and negatives from
 ``numpy.random.default_rng(seed)``. Early stopping: after each epoch the validation loss
 (fixed batches, no dropout) and the validation self-retrieval MRR (each validation question
 against every validation abstract, ties by position) are measured; the epoch best on
@@ -21,10 +21,9 @@ against every validation abstract, ties by position) are measured; the epoch bes
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,13 +32,13 @@ import numpy as np
 from tasks.common.embed.local import builtin_model_path
 from tasks.common.embed.port import EncoderError, EncoderUnavailable
 from tasks.common.models.hub import ModelErrors, load_from_hub, locate_model, select_device
+from tasks.spanish_sr.training_loop import Schedule, SelectBy, Trained, backward, fit
 
 if TYPE_CHECKING:
     import torch
     from sentence_transformers import SentenceTransformer
 
 Loss = Literal["mnrl", "contrastive"]
-SelectBy = Literal["val_loss", "val_mrr"]
 ERRORS = ModelErrors(EncoderError, EncoderUnavailable, alternative="'builtin:all-MiniLM-L6-v2'")
 
 
@@ -59,15 +58,15 @@ class Settings:
     select_by: SelectBy = "val_loss"
     max_seq_length: int | None = None
 
-
-@dataclass
-class Trained:
-    """The best epoch of a run (1-based; 0 = the base model was never beaten) and every epoch's numbers."""
-
-    best_epoch: int
-    val_loss: float
-    val_mrr: float
-    history: list[dict[str, Any]] = field(default_factory=list)
+    def schedule(self) -> Schedule:
+        return Schedule(
+            self.epochs,
+            self.learning_rate,
+            self.warmup_ratio,
+            self.weight_decay,
+            self.patience,
+            self.select_by,
+        )
 
 
 def split(count: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -180,7 +179,6 @@ def train(
 ) -> Trained:
     """Fine-tune ``model`` in place; it ends holding the best epoch's weights (module docstring)."""
     import torch  # noqa: PLC0415
-    from transformers import get_linear_schedule_with_warmup  # noqa: PLC0415
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -190,45 +188,14 @@ def train(
     per_epoch = math.ceil(
         len(train_pairs) * (1 + (s.negatives if s.loss == "contrastive" else 0)) / s.batch_size
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=s.learning_rate, weight_decay=s.weight_decay)
-    total = per_epoch * s.epochs
-    schedule = get_linear_schedule_with_warmup(optimizer, round(s.warmup_ratio * total), total)  # type: ignore[no-untyped-call]
-    val_loss, val_mrr = validate(model, val_pairs, s, seed)
-    best = Trained(
-        0, val_loss, val_mrr, [{"epoch": 0, "train_loss": None, "val_loss": val_loss, "val_mrr": val_mrr}]
+    return fit(
+        model,
+        lambda _epoch: _batches(_examples(train_pairs, s, rng), s.batch_size),
+        lambda b: backward(loss([e[0] for e in b], [e[1] for e in b], [e[2] for e in b])),
+        lambda: validate(model, val_pairs, s, seed),
+        per_epoch,
+        s.schedule(),
     )
-    best_state = copy.deepcopy(model.state_dict())
-    for epoch in range(1, s.epochs + 1):
-        model.train()
-        losses = []
-        for batch in _batches(_examples(train_pairs, s, rng), s.batch_size):
-            optimizer.zero_grad()
-            value = loss([e[0] for e in batch], [e[1] for e in batch], [e[2] for e in batch])
-            value.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-            schedule.step()
-            losses.append(float(value.detach()))
-        val_loss, val_mrr = validate(model, val_pairs, s, seed)
-        best.history.append(
-            {
-                "epoch": epoch,
-                "train_loss": math.fsum(losses) / len(losses),
-                "val_loss": val_loss,
-                "val_mrr": val_mrr,
-            }
-        )
-        if _better(val_loss, val_mrr, best, s.select_by):
-            best.best_epoch, best.val_loss, best.val_mrr = epoch, val_loss, val_mrr
-            best_state = copy.deepcopy(model.state_dict())
-        elif epoch - best.best_epoch >= s.patience:
-            break
-    model.load_state_dict(best_state)
-    model.eval()
-    return best
-
-
-def _better(val_loss: float, val_mrr: float, best: Trained, select_by: SelectBy) -> bool:
-    return val_loss < best.val_loss if select_by == "val_loss" else val_mrr > best.val_mrr
 
 
 def save(model: SentenceTransformer, directory: Path, card: str) -> None:

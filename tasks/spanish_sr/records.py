@@ -203,11 +203,14 @@ def _xlsx_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
 
 
 def _csv_rows(text: str) -> Iterator[tuple[int, list[Any]]]:
+    """Rows of RFC 4180 CSV (``""`` inside quotes is a quote); only the delimiter is sniffed:
+    ``csv.Sniffer`` also guesses ``doublequote``, and guesses False on real exports, which
+    splits every quoted cell that holds an escaped quote."""
     try:
-        dialect: Any = csv.Sniffer().sniff(text[:8192], delimiters=",;\t")
+        delimiter = csv.Sniffer().sniff(text[:8192], delimiters=",;\t").delimiter
     except csv.Error:
-        dialect = csv.excel
-    reader = csv.reader(io.StringIO(text, newline=""), dialect, strict=True)
+        delimiter = ","
+    reader = csv.reader(io.StringIO(text, newline=""), csv.excel, delimiter=delimiter, strict=True)
     number = 0
     try:
         for number, row in enumerate(reader, start=1):

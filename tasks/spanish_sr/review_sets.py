@@ -119,10 +119,10 @@ class ReviewSet:
     corpus: str | None = None
 
 
-def load_review_set(path: Path) -> ReviewSet:
-    """Reviews of one YAML or JSONL file (module doc), checked."""
+def load_review_set(path: Path, data: bytes | None = None) -> ReviewSet:
+    """Reviews of one YAML or JSONL file (module doc), checked; ``data``: its bytes, already read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = (path.read_bytes() if data is None else data).decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise ReviewSetError(f"{path}: cannot read review set: {_one_line(err)}") from None
     suffix = path.suffix.lower()
@@ -134,8 +134,8 @@ def load_review_set(path: Path) -> ReviewSet:
         raise ReviewSetError(f"{path}: unknown review set format (use {YAML_SUFFIXES + JSONL_SUFFIXES})")
     reviews: list[Review] = []
     seen: dict[str, str] = {}
-    for where, data in raw:
-        review = _review(path, where, data)
+    for where, entry in raw:
+        review = _review(path, where, entry)
         if review.id in seen:
             raise ReviewSetError(
                 f"{path}: {where}: review id {review.id!r} is used twice (first at {seen[review.id]})"
@@ -147,9 +147,9 @@ def load_review_set(path: Path) -> ReviewSet:
     return ReviewSet(str(path), tuple(reviews), corpus)
 
 
-def load_review_sets(paths: Sequence[Path]) -> tuple[ReviewSet, ...]:
-    """Several files; a review id may appear in only one of them."""
-    sets = tuple(load_review_set(p) for p in paths)
+def load_review_sets(paths: Sequence[Path], data: Sequence[bytes] | None = None) -> tuple[ReviewSet, ...]:
+    """Several files (``data``: their bytes, already read); a review id may appear in only one of them."""
+    sets = tuple(load_review_set(p, None if data is None else data[i]) for i, p in enumerate(paths))
     owner: dict[str, str] = {}
     for review_set in sets:
         for review in review_set.reviews:

@@ -57,6 +57,17 @@ def test_deployments_name_flows_that_exist() -> None:
         assert set(deployment["parameters"]) <= _flow_parameters(tree, func)
 
 
+def test_every_registered_flow_gets_a_valid_prefect_artifact_key() -> None:
+    """Prefect refuses keys with anything but lower-case letters, digits and dashes (``spanish_sr``)."""
+    import re
+
+    from flows.run import artifact_key
+
+    for flow in PIPELINES:
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", artifact_key(flow)), flow
+    assert artifact_key("spanish_sr") == "spanish-sr" and artifact_key("cure") == "cure"
+
+
 def test_flow_artifacts_default_to_irforge_artifacts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A deployed run (no ``artifacts`` parameter) writes where the worker's environment says."""
     from flows.run import CHECKOUT, artifact_root  # imports Prefect: only this test needs it

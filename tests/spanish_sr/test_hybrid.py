@@ -122,18 +122,25 @@ def test_every_method_matches_its_formula_recomputed_by_hand(demo: dict[str, Any
         assert scores[method] >= min(scores["bm25"], scores["dense"]), scores
 
 
-def test_the_stage_ranks_each_seed_validation_questions(demo: dict[str, Any]) -> None:
+def test_the_stage_ranks_each_seed_questions_of_the_parts_asked(demo: dict[str, Any]) -> None:
     upstream = {n: demo[n] for n in ("bm25", "clean", "train_dense", "questions")}
-    config = validate_config(HybridConfig, {"top_n": 5, "methods": ["weighted", "rrf"]}, "test")
+    config = validate_config(
+        HybridConfig, {"top_n": 5, "methods": ["weighted", "rrf"], "parts": ["validation"]}, "test"
+    )
     outcome = run_one(demo["root"] / "store", SPEC, config, upstream)
     rows = outcome.artifact.read().to_pylist()
-    validation = {
-        r["record_id"]
-        for r in demo["train_dense"].read(table="split").to_pylist()
-        if r["part"] == "validation"
-    }
+    split = demo["train_dense"].read(table="split").to_pylist()
+    validation = {r["record_id"] for r in split if r["part"] == "validation"}
     assert {r["query_id"] for r in rows} == validation and len(validation) == 10
     assert len(rows) == 10 * 2 * 5 and {r["seed"] for r in rows} == {42}
+    assert {r["part"] for r in rows} == {"validation"}
+    # by default both parts: every question of the split, each tagged with its part
+    every = (
+        run_one(demo["root"] / "store", SPEC, validate_config(HybridConfig, {"top_n": 2}, "test"), upstream)
+        .artifact.read(columns=["query_id", "part"])
+        .to_pylist()
+    )
+    assert {(r["query_id"], r["part"]) for r in every} == {(r["record_id"], r["part"]) for r in split}
     for qid in validation:
         weighted = [r for r in rows if r["query_id"] == qid and r["method"] == "weighted"]
         assert [r["rank"] for r in weighted] == [1, 2, 3, 4, 5]

@@ -60,6 +60,26 @@ def test_every_demo_abstract_is_one_record_with_its_title_line(tmp_path: Path) -
     assert {(f["format"], f["encoding"], f["records"]) for f in files_table} == {("brat", "utf-8", 1)}
 
 
+def test_the_real_asreview_csv_reads_every_record_quotes_and_all(tmp_path: Path) -> None:
+    """Cells holding escaped quotes (``""``) and commas, as exported; ``csv.Sniffer`` guesses
+    doublequote=False on this file, which split 8 of its 310 rows."""
+    import csv
+
+    path = CT_EBM_SP.parent / "sr-screening" / "Antihistamines.csv"
+    with path.open(encoding="utf-8", newline="") as handle:
+        expected = {r["pubmedID"]: r for r in csv.DictReader(handle)}
+    source = {"path": "sr-screening/Antihistamines.csv", "field_map": {"id": "pubmedID"}}
+    outcome = ingest(tmp_path, CT_EBM_SP.parent, source)
+    assert outcome.artifact.excluded().num_rows == 0
+    rows = {r["record_id"]: r for r in outcome.artifact.read().to_pylist()}
+    assert len(rows) == len(expected) == 310
+    quoted = [pid for pid, r in expected.items() if '"' in r["title"] + r["abstract"] + r["authors"]]
+    assert quoted, "the file holds escaped quotes"
+    for pid, r in expected.items():
+        assert rows[pid]["title"] == r["title"].strip()
+        assert (rows[pid]["abstract"] or "") == r["abstract"].strip()
+
+
 def test_latin1_bvs_csv_is_decoded_and_mapped(tmp_path: Path) -> None:
     rows = [
         BVS_HEADER,
@@ -216,3 +236,26 @@ def test_unreadable_and_unknown_files_are_excluded_per_file(tmp_path: Path) -> N
 def test_a_source_that_matches_nothing_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"stages\.ingest\.sources\[1\]"):
         ingest(tmp_path, CT_EBM_SP.parent, "ct-ebm-sp", "missing.csv")
+
+
+def test_the_year_is_taken_from_scielo_pids_only_when_missing(tmp_path: Path) -> None:
+    pattern = r"^S\d{4}-\d{3}[\dX]((?:19|20)\d{2})\d{9}$"
+    outcome = ingest(tmp_path, CT_EBM_SP.parent, {"path": "ct-ebm-sp", "year_from_id": pattern})
+    years = {r["record_id"]: r["year"] for r in outcome.artifact.read().to_pylist()}
+    assert years["S1130-01082008000900002"] == 2008 and years["S0120-99572013000200003"] == 2013
+    assert years["S0009-741115000195"] is None  # an Elsevier PII: 15000195 is no year
+    assert years["0211-699501013259"] is None
+    assert sum(y is not None for y in years.values()) == 253
+    # a year the record gives is kept: a JSON record with year 1999 and a PID saying 2008
+    (tmp_path / "r.json").write_text(
+        json.dumps([{"id": "S1130-01082008000900002", "title": "t", "abstract": "a", "year": 1999}]),
+        encoding="utf-8",
+    )
+    [row] = (
+        ingest(tmp_path / "j", tmp_path, {"path": "r.json", "year_from_id": pattern})
+        .artifact.read()
+        .to_pylist()
+    )
+    assert row["year"] == 1999
+    with pytest.raises(ConfigError, match="group"):
+        validate_config(IngestConfig, {"sources": [{"path": "x", "year_from_id": r"\d{4}"}]}, "test")

@@ -147,6 +147,11 @@ class CrossEncoderReranker(RerankerBase):
     # -- the port ---------------------------------------------------------------------
 
     @property
+    def cross_encoder(self) -> CrossEncoder:
+        """The loaded ``sentence_transformers.CrossEncoder``, e.g. to fine-tune it in place."""
+        return self._model
+
+    @property
     def max_length(self) -> int:
         value = self._model.max_seq_length
         if value is None:  # not reached: the constructor always sets it

@@ -40,7 +40,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,8 @@ __all__ = ["Params", "RankBm25", "Ranking", "Variant", "encode_documents", "enco
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
+# The exact rescoring's per-term formula: plain arithmetic, so it also runs elementwise on arrays.
+_weight: Callable[..., Any] = rk._term_weight_py
 B1 = npt.NDArray[np.bool_]
 
 Variant = Literal["okapi", "plus", "l"]
@@ -136,6 +138,35 @@ class RankBm25:
         sums = np.concatenate([[0.0], np.cumsum(per_token)])
         out: F64 = sums[q_starts[1:]] - sums[q_starts[:-1]]
         return out
+
+    def all_scores(self, q_terms: I32, q_starts: I64) -> tuple[F64, list[int]]:
+        """Every document's exact score per query (``[query, document]``) and how many documents
+        match each query: the numbers of ``search(q_terms, q_starts, self.documents)``, computed
+        straight from the postings with the exact rescoring's per-term formula (the distinct
+        known terms in ascending id order, each times its multiplicity, summed from 0), without
+        ranking. A document matches when it holds a positive-idf query term and scores above 0;
+        the others score :meth:`constant`, which a match's score includes too."""
+        n, p = self.documents, self.params
+        constant = self.constant(q_terms, q_starts)
+        full = np.repeat(constant[:, None], n, axis=1)
+        indptr, docs, code = self.matrix.indptr, self.matrix.docs, _CODES[p.variant]
+        matches = []
+        for q in range(len(q_starts) - 1):
+            query = q_terms[q_starts[q] : q_starts[q + 1]]
+            terms, counts = np.unique(query[query >= 0], return_counts=True)
+            acc = np.zeros(n, dtype=np.float64)
+            held = np.zeros(n, dtype=np.bool_)
+            for t, mult in zip(terms.tolist(), counts.astype(np.float64).tolist(), strict=True):
+                rows = docs[indptr[t] : indptr[t + 1]]
+                tf = self.tf[indptr[t] : indptr[t + 1]].astype(np.float64)
+                acc[rows] += mult * _weight(
+                    code, float(self.idf[t]), tf, self.norms[rows], p.k1, p.delta_value
+                )
+                held[rows] |= bool(self.positive[t])
+            keep = held & (acc > 0.0)
+            full[q, keep] = acc[keep] + constant[q]
+            matches.append(int(np.count_nonzero(keep)))
+        return full, matches
 
     def search(self, q_terms: I32, q_starts: I64, k: int, threads: int | None = None) -> Ranking:
         """The exact top ``k`` of each query ``q_terms[q_starts[q]:q_starts[q + 1]]`` (-1: unknown)."""

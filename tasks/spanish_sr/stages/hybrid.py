@@ -3,20 +3,23 @@
 Inputs: the ``bm25`` stage's ``params`` table (k1, b, variant, language, accent folding), the
 ``clean`` records (the corpus: record id and abstract), ``train_dense`` (one model per seed
 under its ``files/``; its ``split`` table) and ``questions``. Queries: each seed's held-out
-validation questions (the pairs its model never trained on), query id = the record id.
+questions of the ``parts`` of its split (default both: ``train_rerank`` learns from the
+training questions' candidates and validates on the held-out ones), query id = the record id.
 Scoring and fusion: :func:`tasks.spanish_sr.fusion_scores.first_stage` (callable on any
 query table, e.g. review query sets), methods ``bm25``, ``dense``, ``weighted`` (paper 004
 eq. 3: λ·BM25 + dense, λ = 0.5), ``minmax``, ``zscore`` and ``rrf`` (k = 60).
 
 Units: ``(seed, query_id)``. Kept: one row per seed, query, method and rank up to ``top_n``:
-``query_id``, ``seed``, ``method``, ``rank``, ``record_id``, ``score`` (the method's),
-``bm25_score``, ``dense_score``. Excluded: ``empty_query`` (a question with no letter or digit).
+``query_id``, ``seed``, ``part`` (``train`` / ``validation``: the question's side of the
+seed's split), ``method``, ``rank``, ``record_id``, ``score`` (the method's),
+``bm25_score``, ``dense_score``. Side table ``fusion``: the settings (methods, λ, top N, RRF k
+and depth), one row, so that ``evaluate`` ranks review queries the same way. Excluded: ``empty_query`` (a question with no letter or digit).
 Whole input: the corpus is indexed and encoded once per seed.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import Field, field_validator
@@ -29,8 +32,13 @@ from tasks.common.embed.local import SentenceTransformerEncoder
 from tasks.common.search.fusion import DEFAULT_K
 from tasks.spanish_sr.fusion_scores import METHODS, Bm25Params, Fusion, Method, first_stage
 
+Part = Literal["train", "validation"]
+
 
 class HybridConfig(StrictModel):
+    parts: list[Part] = Field(
+        ["train", "validation"], min_length=1, description="Questions ranked: the split parts of each seed."
+    )
     methods: list[Method] = Field(list(METHODS), min_length=1, description="Rankings written side by side.")
     bm25_weight: float = Field(0.5, ge=0, description="λ of paper 004 eq. 3: λ·BM25 + dense.")
     top_n: int = Field(100, ge=1, description="Candidates kept per query and method.")
@@ -54,11 +62,13 @@ class HybridConfig(StrictModel):
 _S = pa.string()
 SEED = pa.field("seed", pa.int64(), nullable=False)
 QUERY_ID = pa.field("query_id", _S, nullable=False)
-QUERIES = pa.schema([SEED, QUERY_ID, pa.field("query", _S, nullable=False)])
+PART = pa.field("part", _S, nullable=False)
+QUERIES = pa.schema([SEED, QUERY_ID, PART, pa.field("query", _S, nullable=False)])
 SCHEMA = pa.schema(
     [
         QUERY_ID,
         SEED,
+        PART,
         pa.field("method", _S, nullable=False),
         pa.field("rank", pa.int32(), nullable=False),
         pa.field("record_id", _S, nullable=False),
@@ -68,6 +78,26 @@ SCHEMA = pa.schema(
     ]
 )
 EXCLUDED_SCHEMA = exclusion_schema(SEED, QUERY_ID)
+FUSION_SCHEMA = pa.schema(
+    [
+        pa.field("methods", pa.list_(_S), nullable=False),
+        pa.field("bm25_weight", pa.float64(), nullable=False),
+        pa.field("top_n", pa.int32(), nullable=False),
+        pa.field("rrf_k", pa.int32(), nullable=False),
+        pa.field("rrf_depth", pa.int32(), nullable=False),
+    ]
+)
+
+
+def fusion_of(ctx: StageContext[Any]) -> Fusion:
+    """The fusion settings of the upstream ``hybrid`` stage (its one ``fusion`` row)."""
+    rows = ctx.upstream["hybrid"].read(table="fusion").to_pylist()
+    if len(rows) != 1:
+        raise IrforgeError(
+            f"hybrid artifact {ctx.upstream['hybrid'].path}: fusion holds {len(rows)} rows, not 1"
+        )
+    r = rows[0]
+    return Fusion(tuple(r["methods"]), r["bm25_weight"], r["top_n"], r["rrf_k"], r["rrf_depth"])
 
 
 def bm25_params(ctx: StageContext[Any]) -> Bm25Params:
@@ -84,9 +114,9 @@ def _queries(ctx: StageContext[HybridConfig], _inputs: dict[str, Any]) -> TableS
     pairs = ctx.upstream["questions"].read(columns=["record_id", "question"]).to_pylist()
     question = {p["record_id"]: p["question"] for p in pairs}
     rows = [
-        {"seed": r["seed"], "query_id": r["record_id"], "query": question[r["record_id"]]}
+        {"seed": r["seed"], "query_id": r["record_id"], "part": r["part"], "query": question[r["record_id"]]}
         for r in sorted(split, key=lambda r: (r["seed"], r["record_id"]))
-        if r["part"] == "validation" and r["record_id"] in question
+        if r["part"] in ctx.config.parts and r["record_id"] in question
     ]
     return TableSource(rows_to_table(rows, QUERIES))
 
@@ -100,10 +130,11 @@ def process(chunk: pa.Table, ctx: StageContext[HybridConfig]) -> ChunkResult:
     kept: list[dict[str, Any]] = []
     excluded: list[dict[str, Any]] = []
     for seed in sorted(set(chunk.column("seed").to_pylist())):
-        queries = []
+        queries, part = [], {}
         for row in chunk.filter(pa.compute.equal(chunk.column("seed"), seed)).to_pylist():
             if any(c.isalnum() for c in row["query"]):
                 queries.append((row["query_id"], row["query"]))
+                part[row["query_id"]] = row["part"]
             else:
                 detail = f"question of {row['query_id']} reads {row['query']!r}"
                 excluded.append(
@@ -115,13 +146,23 @@ def process(chunk: pa.Table, ctx: StageContext[HybridConfig]) -> ChunkResult:
             str(trained.files / models[seed]), device=config.device, batch_size=config.batch_size,
             max_seq_length=config.max_seq_length,
         )  # fmt: skip
-        kept += [{**r, "seed": seed} for r in first_stage(queries, corpus, params, encoder, config.fusion())]
-    return ChunkResult(rows_to_table(kept, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA))
+        kept += [
+            {**r, "seed": seed, "part": part[r["query_id"]]}
+            for r in first_stage(queries, corpus, params, encoder, config.fusion())
+        ]
+    f = config.fusion()
+    fusion = {"methods": list(f.methods), "bm25_weight": f.bm25_weight, "top_n": f.top_n}
+    fusion |= {"rrf_k": f.rrf_k, "rrf_depth": f.rrf_depth}
+    return ChunkResult(
+        rows_to_table(kept, SCHEMA),
+        rows_to_table(excluded, EXCLUDED_SCHEMA),
+        tables={"fusion": rows_to_table([fusion], FUSION_SCHEMA)},
+    )
 
 
 SPEC: StageSpec[HybridConfig] = StageSpec(
     name="hybrid",
-    version=1,
+    version=2,
     config_type=HybridConfig,
     upstream=("bm25", "clean", "train_dense", "questions"),
     schema=SCHEMA,
@@ -130,5 +171,6 @@ SPEC: StageSpec[HybridConfig] = StageSpec(
     source=_queries,
     process=process,
     whole_input=True,
+    tables={"fusion": FUSION_SCHEMA},
     description="BM25, dense and their fusions (paper 004 eq. 3, min-max, z-score, RRF): top-N per query.",
 )

@@ -2,7 +2,7 @@
 
 Each entry of ``sources`` is a file or a folder (searched recursively for the suffixes of
 :data:`tasks.spanish_sr.records.SUFFIXES`), relative to the config file, given as a plain
-path or as ``{path, format, field_map, encoding, own_ids}``; ``format: auto`` goes by the
+path or as ``{path, format, field_map, encoding, own_ids, year_from_id}``; ``format: auto`` goes by the
 file name (and, for ``.xml``, the root element). Formats, default fields and decoding:
 :mod:`tasks.spanish_sr.records`.
 
@@ -10,7 +10,8 @@ The unit is ``(source, record)``: the file (relative to the config) and the reco
 in it (spreadsheet row with header = 1, RIS/BioC/MEDLINE/JSON record, JSONL line; 1 for a
 brat ``.txt``; 0 for a whole file that cannot be read). Kept: ``record_id`` (the record's
 own id, else ``<file stem>:<record>``; ``own_ids: false`` for exports whose ids are local
-serial numbers), the fields read, ``descriptors`` a list. Side table ``files``: one row per
+serial numbers), the fields read, ``descriptors`` a list; ``year_from_id`` takes a missing
+year from the id (a SciELO PID holds it: https://wiki.scielo.org/ "PID" — S + ISSN + year). Side table ``files``: one row per
 file with its format, the encoding it was read as and its record count.
 
 Excluded: ``unreadable`` (a file: detail why), ``malformed_record`` (detail: line or record),
@@ -21,11 +22,12 @@ it). A mapped column or key that a whole file lacks is a one-line ConfigError.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from irforge.config import StrictModel
 from irforge.errors import ConfigError
@@ -42,6 +44,23 @@ class SourceConfig(StrictModel):
     field_map: FieldMap = FieldMap()
     encoding: str | None = Field(None, description="Of text files; default: UTF-8, else cp1252/latin-1.")
     own_ids: bool = Field(True, description="Use the records' own ids (false: <file stem>:<record>).")
+    year_from_id: str | None = Field(
+        None,
+        description="A regular expression whose first group is the year inside the record id, used when "
+        "the record has no year (SciELO PIDs: '^S\\d{4}-\\d{3}[\\dX]((?:19|20)\\d{2})\\d{9}$').",
+    )
+
+    @field_validator("year_from_id")
+    @classmethod
+    def _one_group(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                groups = re.compile(pattern).groups
+            except re.error as err:
+                raise ValueError(f"not a regular expression: {err}") from None
+            if groups < 1:
+                raise ValueError("needs a group around the year, e.g. '(\\d{4})'")
+        return pattern
 
 
 class IngestConfig(StrictModel):
@@ -131,6 +150,9 @@ def _record_units(display: str, read: FileRead, entry: SourceConfig) -> list[dic
         if rec.reason is None and not (fields.get("title") or fields.get("abstract")):
             fate, detail = "missing_field", "neither title nor abstract"
         row = {k: v for k, v in fields.items() if k != "id"}
+        if entry.year_from_id and own and row.get("year") is None:
+            found = re.search(entry.year_from_id, own)
+            row["year"] = int(found.group(1)) if found and found.group(1).isdigit() else None
         out.append(
             {
                 **row,
@@ -185,7 +207,7 @@ def _where(row: dict[str, Any], detail: str | None) -> str:
 
 SPEC: StageSpec[IngestConfig] = StageSpec(
     name="ingest",
-    version=1,
+    version=2,
     config_type=IngestConfig,
     upstream=(),
     schema=SCHEMA,

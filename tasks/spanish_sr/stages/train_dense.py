@@ -35,7 +35,8 @@ from irforge.errors import IrforgeError
 from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path, model_files_digest
-from tasks.spanish_sr.dense_training import Loss, SelectBy, Settings, Trained, load_model, save, split, train
+from tasks.spanish_sr.dense_training import Loss, Settings, load_model, save, split, train
+from tasks.spanish_sr.training_loop import SelectBy, Trained
 
 
 class TrainDenseConfig(StrictModel):
