@@ -11,6 +11,7 @@ import tasks.cure.report
 import tasks.evidencebench
 import tasks.evidencebench.report
 import tasks.spanish_sr
+import tasks.spanish_sr.report
 from irforge.errors import IrforgeError
 from irforge.pipeline import Pipeline
 
@@ -44,6 +45,7 @@ PIPELINES: dict[str, Pipeline] = {
         config_type=tasks.spanish_sr.SpanishSrConfig,
         stages=tasks.spanish_sr.STAGES,
         default_config=CONFIGS / "spanish_sr.yaml",
+        report_sections=tasks.spanish_sr.report.SECTIONS,
     ),
 }
 
