@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from tasks.common.release.card import card_text, provenance
 from tasks.crossgenre.dataset import CONFIGS, CORPUS_SPLIT, SPLITS, data_path, features
 
 FUNNEL: tuple[tuple[str, str], ...] = (
@@ -262,20 +261,13 @@ def _licences(info: CardInfo) -> list[str]:
     ]
 
 
-def _provenance(info: CardInfo) -> list[str]:
-    lines = ["## Provenance", "", "Stage fingerprints of the irforge run that built this release:", ""]
-    lines += [f"- `{stage}`: `{fp}`" for stage, fp in sorted(info.fingerprints.items())]
-    return [*lines, ""]
-
-
 def render_card(info: CardInfo) -> str:
-    front = yaml.safe_dump(_front_matter(info), sort_keys=False, allow_unicode=True).rstrip()
     body = [
         *_about(info),
         *_statistics(info),
         *_grouping(),
         *_usage(info),
         *_licences(info),
-        *_provenance(info),
+        *provenance(info.fingerprints),
     ]
-    return "\n".join(["---", front, "---", "", *body]).rstrip("\n") + "\n"
+    return card_text(_front_matter(info), body)

@@ -16,8 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import yaml
-
+from tasks.common.release.card import card_text, provenance
 from tasks.spanish_sr.dataset import CONFIGS, FEATURES, SPLITS, TEST_SPLIT, data_path, feature_yaml
 from tasks.spanish_sr.release_stats import FunnelStep, YearRange
 
@@ -258,14 +257,7 @@ def _licences(info: CardInfo) -> list[str]:
     ]
 
 
-def _provenance(info: CardInfo) -> list[str]:
-    lines = ["## Provenance", "", "Stage fingerprints of the irforge run that built this release:", ""]
-    lines += [f"- `{stage}`: `{fp}`" for stage, fp in sorted(info.fingerprints.items())]
-    return [*lines, ""]
-
-
 def render_card(info: CardInfo) -> str:
-    front = yaml.safe_dump(_front_matter(info), sort_keys=False, allow_unicode=True).rstrip()
     body = [
         *_about(info),
         *_funnel(info),
@@ -275,6 +267,6 @@ def render_card(info: CardInfo) -> str:
         *_results(info),
         *_usage(info),
         *_licences(info),
-        *_provenance(info),
+        *provenance(info.fingerprints),
     ]
-    return "\n".join(["---", front, "---", "", *body]).rstrip("\n") + "\n"
+    return card_text(_front_matter(info), body)

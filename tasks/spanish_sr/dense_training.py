@@ -32,7 +32,7 @@ import numpy as np
 from tasks.common.embed.local import builtin_model_path
 from tasks.common.embed.port import EncoderError, EncoderUnavailable
 from tasks.common.models.hub import ModelErrors, load_from_hub, locate_model, select_device
-from tasks.spanish_sr.training_loop import Schedule, SelectBy, Trained, backward, fit
+from tasks.spanish_sr.training_loop import Schedule, Trained, backward, fit
 
 if TYPE_CHECKING:
     import torch
@@ -43,30 +43,14 @@ ERRORS = ModelErrors(EncoderError, EncoderUnavailable, alternative="'builtin:all
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(Schedule):
     """What one training run needs besides the data (see ``TrainDenseConfig``)."""
 
     loss: Loss = "mnrl"
     margin: float = 0.5
     negatives: int = 1
-    epochs: int = 3
     batch_size: int = 32
-    learning_rate: float = 3e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    patience: int = 1
-    select_by: SelectBy = "val_loss"
     max_seq_length: int | None = None
-
-    def schedule(self) -> Schedule:
-        return Schedule(
-            self.epochs,
-            self.learning_rate,
-            self.warmup_ratio,
-            self.weight_decay,
-            self.patience,
-            self.select_by,
-        )
 
 
 def split(count: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -194,7 +178,7 @@ def train(
         lambda b: backward(loss([e[0] for e in b], [e[1] for e in b], [e[2] for e in b])),
         lambda: validate(model, val_pairs, s, seed),
         per_epoch,
-        s.schedule(),
+        s,
     )
 
 

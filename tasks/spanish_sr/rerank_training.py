@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from tasks.spanish_sr.training_loop import Schedule, SelectBy, Trained, backward, fit
+from tasks.spanish_sr.training_loop import Schedule, Trained, backward, fit
 
 if TYPE_CHECKING:
     import torch
@@ -44,30 +44,14 @@ Negatives = Literal["top", "sample"]
 
 
 @dataclass(frozen=True)
-class RerankSettings:
+class RerankSettings(Schedule):
     """What one reranker training needs besides the data (see ``TrainRerankConfig``)."""
 
     loss: Loss = "listwise"
     margin: float = 1.0
     list_size: int = 50
     negatives: Negatives = "top"
-    epochs: int = 3
     batch_size: int = 4
-    learning_rate: float = 3e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    patience: int = 1
-    select_by: SelectBy = "val_loss"
-
-    def schedule(self) -> Schedule:
-        return Schedule(
-            self.epochs,
-            self.learning_rate,
-            self.warmup_ratio,
-            self.weight_decay,
-            self.patience,
-            self.select_by,
-        )
 
 
 @dataclass(frozen=True)
@@ -189,5 +173,5 @@ def train(
         lambda b: step(model, b, s),
         lambda: validate(model, val_lists, s),
         per_epoch,
-        s.schedule(),
+        s,
     )

@@ -15,7 +15,12 @@ import copy
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+
+from tasks.common.embed.local import model_files_digest
 
 if TYPE_CHECKING:
     import torch
@@ -28,11 +33,31 @@ def backward(value: torch.Tensor) -> float:
 
 
 SelectBy = Literal["val_loss", "val_mrr"]
+SEED = pa.field("seed", pa.int64(), nullable=False)
+HISTORY_SCHEMA = pa.schema(
+    [
+        SEED,
+        pa.field("epoch", pa.int32(), nullable=False),
+        pa.field("train_loss", pa.float64()),  # null at epoch 0 (the model before training)
+        pa.field("val_loss", pa.float64(), nullable=False),
+        pa.field("val_mrr", pa.float64(), nullable=False),
+    ]
+)
+"""A training stage's ``history`` side table: every epoch of every seed (:attr:`Trained.history`)."""
+
+
+def base_model_inputs(name: str, base_dir: Path, builtin_path: Callable[[str], Path]) -> dict[str, Any]:
+    """Fingerprint material of a base model: a digest of its files when it is local (a builtin
+    model or a directory next to the config); a hub id is named by id and revision in the config."""
+    if name.startswith("builtin:"):
+        return {"base_model_files": model_files_digest(builtin_path(name))}
+    local = base_dir / name
+    return {"base_model_files": model_files_digest(local)} if local.is_dir() else {}
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """Optimiser and stopping settings common to both trainings."""
+    """Optimiser and stopping settings common to both trainings (each one's settings extend it)."""
 
     epochs: int = 3
     learning_rate: float = 3e-5

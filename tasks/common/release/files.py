@@ -5,6 +5,7 @@ reads: https://huggingface.co/docs/hub/datasets-manual-configuration)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+
+from irforge.stage import exclusion_schema
 
 
 @dataclass(frozen=True)
@@ -81,3 +84,29 @@ def staged_folder(folder: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+
+
+FILE_UNITS = pa.schema([pa.field("config", pa.string()), pa.field("split", pa.string())])
+"""A release stage's units: the (config, split) files it may write."""
+FILE_EXCLUDED_SCHEMA = exclusion_schema(
+    pa.field("config", pa.string(), nullable=False), pa.field("split", pa.string(), nullable=False)
+)
+"""``empty_split``: a (config, split) unit with no row, so no file (``datasets`` cannot load an empty split)."""
+
+
+def file_outcome(units: pa.Table, written: Iterable[ReleaseFile]) -> tuple[pa.Table, pa.Table]:
+    """``(kept, excluded)`` of a release stage's (config, split) ``units``: the file written for
+    each (:data:`FILES_SCHEMA`), or an ``empty_split`` row (:data:`FILE_EXCLUDED_SCHEMA`)."""
+    by_unit = {(f.config, f.split): f for f in written}
+    kept, excluded = [], []
+    for unit in units.select(["config", "split"]).to_pylist():
+        f = by_unit.get((unit["config"], unit["split"]))
+        if f is None:
+            detail = f"no {unit['config']} row in split {unit['split']!r}: the split is not declared"
+            excluded.append({**unit, "reason": "empty_split", "detail": detail})
+        else:
+            kept.append(dataclasses.asdict(f))
+    return (
+        pa.Table.from_pylist(kept, schema=FILES_SCHEMA),
+        pa.Table.from_pylist(excluded, schema=FILE_EXCLUDED_SCHEMA),
+    )

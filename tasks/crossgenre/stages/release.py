@@ -29,8 +29,8 @@ from pydantic import Field
 from irforge.artifacts import lineage
 from irforge.config import StrictModel
 from irforge.errors import IrforgeError
-from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.common.release.files import FILES_SCHEMA
+from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource
+from tasks.common.release.files import FILE_EXCLUDED_SCHEMA, FILE_UNITS, FILES_SCHEMA, file_outcome
 from tasks.crossgenre.card import FUNNEL, CardInfo, FunnelStep, render_card
 from tasks.crossgenre.dataset import CONFIGS, CORPUS_SPLIT, SPLITS, write_release
 from tasks.crossgenre.documents import read_documents
@@ -50,10 +50,8 @@ class ReleaseConfig(StrictModel):
 
 
 SCHEMA = FILES_SCHEMA
-EXCLUDED_SCHEMA = exclusion_schema(
-    pa.field("config", pa.string(), nullable=False), pa.field("split", pa.string(), nullable=False)
-)
-_UNITS = pa.schema([pa.field("config", pa.string()), pa.field("split", pa.string())])
+EXCLUDED_SCHEMA = FILE_EXCLUDED_SCHEMA
+_UNITS = FILE_UNITS
 
 Rows = dict[tuple[str, str], list[tuple[Any, ...]]]
 
@@ -170,17 +168,8 @@ def process(chunk: pa.Table, ctx: StageContext[ReleaseConfig]) -> ChunkResult:
     written = {(f.config, f.split): f for f in write_release(
         ctx.files_dir / "release", files, render_card(card_info(ctx, files)), pairs_text=ctx.config.pairs_text
     )}  # fmt: skip
-    kept: list[dict[str, Any]] = []
-    excluded: list[dict[str, Any]] = []
-    for unit in chunk.to_pylist():
-        f = written.get((unit["config"], unit["split"]))
-        if f is None:
-            detail = f"no {unit['config']} row in split {unit['split']!r}: the split is not declared"
-            excluded.append({**unit, "reason": "empty_split", "detail": detail})
-        else:
-            kept.append({"config": f.config, "split": f.split, "path": f.path, "rows": f.rows,
-                         "bytes": f.bytes, "sha256": f.sha256})  # fmt: skip
-    return ChunkResult(rows_to_table(kept, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA))
+    kept, excluded = file_outcome(chunk, written.values())
+    return ChunkResult(kept, excluded)
 
 
 SPEC: StageSpec[ReleaseConfig] = StageSpec(

@@ -34,8 +34,8 @@ from pydantic import Field, field_validator
 from irforge.artifacts import Artifact, lineage
 from irforge.config import StrictModel
 from irforge.errors import IrforgeError
-from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.common.release.files import FILES_SCHEMA
+from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource
+from tasks.common.release.files import FILE_EXCLUDED_SCHEMA, FILE_UNITS, FILES_SCHEMA, file_outcome
 from tasks.spanish_sr.card import CardInfo, render_card
 from tasks.spanish_sr.dataset import CONFIGS, FEATURES, QUESTION_SPLITS, SPLITS, TEST_SPLIT, write_release
 from tasks.spanish_sr.release_stats import funnel, year_table
@@ -80,10 +80,8 @@ class ReleaseConfig(StrictModel):
 
 
 SCHEMA = FILES_SCHEMA
-EXCLUDED_SCHEMA = exclusion_schema(
-    pa.field("config", pa.string(), nullable=False), pa.field("split", pa.string(), nullable=False)
-)
-_UNITS = pa.schema([pa.field("config", pa.string()), pa.field("split", pa.string())])
+EXCLUDED_SCHEMA = FILE_EXCLUDED_SCHEMA
+_UNITS = FILE_UNITS
 
 Rows = dict[tuple[str, str], list[tuple[Any, ...]]]
 
@@ -252,17 +250,8 @@ def process(chunk: pa.Table, ctx: StageContext[ReleaseConfig]) -> ChunkResult:
     files = {key: rows for key, rows in collected.items() if rows}
     card = render_card(card_info(ctx, collected, seed))
     written = {(f.config, f.split): f for f in write_release(Path(ctx.files_dir) / "release", files, card)}
-    kept: list[dict[str, Any]] = []
-    excluded: list[dict[str, Any]] = []
-    for unit in chunk.to_pylist():
-        f = written.get((unit["config"], unit["split"]))
-        if f is None:
-            detail = f"no {unit['config']} row in split {unit['split']!r}: the split is not declared"
-            excluded.append({**unit, "reason": "empty_split", "detail": detail})
-        else:
-            kept.append({"config": f.config, "split": f.split, "path": f.path, "rows": f.rows,
-                         "bytes": f.bytes, "sha256": f.sha256})  # fmt: skip
-    return ChunkResult(rows_to_table(kept, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA))
+    kept, excluded = file_outcome(chunk, written.values())
+    return ChunkResult(kept, excluded)
 
 
 SPEC: StageSpec[ReleaseConfig] = StageSpec(

@@ -34,9 +34,9 @@ from irforge.config import StrictModel
 from irforge.errors import IrforgeError
 from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path, model_files_digest
+from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path
 from tasks.spanish_sr.dense_training import Loss, Settings, load_model, save, split, train
-from tasks.spanish_sr.training_loop import SelectBy, Trained
+from tasks.spanish_sr.training_loop import HISTORY_SCHEMA, SEED, SelectBy, Trained, base_model_inputs
 
 
 class TrainDenseConfig(StrictModel):
@@ -77,7 +77,6 @@ class TrainDenseConfig(StrictModel):
 
 
 _I, _F, _S = pa.int32(), pa.float64(), pa.string()
-SEED = pa.field("seed", pa.int64(), nullable=False)
 SCHEMA = pa.schema(
     [
         SEED,
@@ -94,24 +93,10 @@ EXCLUDED_SCHEMA = exclusion_schema(SEED)
 SPLIT_SCHEMA = pa.schema(
     [SEED, pa.field("record_id", _S, nullable=False), pa.field("part", _S, nullable=False)]
 )
-HISTORY_SCHEMA = pa.schema(
-    [
-        SEED,
-        pa.field("epoch", _I, nullable=False),
-        pa.field("train_loss", _F),
-        pa.field("val_loss", _F, nullable=False),
-        pa.field("val_mrr", _F, nullable=False),
-    ]
-)
 
 
 def inputs(ctx: StageContext[TrainDenseConfig]) -> dict[str, Any]:
-    """A digest of the base model's files when it is local (a hub id is named by id and revision)."""
-    name = ctx.config.base_model
-    if name.startswith("builtin:"):
-        return {"base_model_files": model_files_digest(builtin_model_path(name))}
-    local = ctx.base_dir / name
-    return {"base_model_files": model_files_digest(local)} if local.is_dir() else {}
+    return base_model_inputs(ctx.config.base_model, ctx.base_dir, builtin_model_path)
 
 
 def _seeds(ctx: StageContext[TrainDenseConfig], _inputs: dict[str, Any]) -> TableSource:

@@ -38,12 +38,11 @@ from irforge.config import StrictModel
 from irforge.errors import IrforgeError
 from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.common.embed.local import model_files_digest
 from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, builtin_cross_encoder_path
 from tasks.common.rerank.local import CrossEncoderReranker
 from tasks.spanish_sr.fusion_scores import Method
 from tasks.spanish_sr.rerank_training import Candidates, Loss, Negatives, RerankSettings, build_lists, train
-from tasks.spanish_sr.training_loop import SelectBy, Trained
+from tasks.spanish_sr.training_loop import HISTORY_SCHEMA, SEED, SelectBy, Trained, base_model_inputs
 
 
 class TrainRerankConfig(StrictModel):
@@ -84,7 +83,6 @@ class TrainRerankConfig(StrictModel):
 
 
 _I, _F, _S = pa.int32(), pa.float64(), pa.string()
-SEED = pa.field("seed", pa.int64(), nullable=False)
 SCHEMA = pa.schema(
     [
         SEED,
@@ -98,15 +96,6 @@ SCHEMA = pa.schema(
     ]
 )
 EXCLUDED_SCHEMA = exclusion_schema(SEED)
-HISTORY_SCHEMA = pa.schema(
-    [
-        SEED,
-        pa.field("epoch", _I, nullable=False),
-        pa.field("train_loss", _F),
-        pa.field("val_loss", _F, nullable=False),
-        pa.field("val_mrr", _F, nullable=False),
-    ]
-)
 LISTS_SCHEMA = pa.schema(
     [
         SEED,
@@ -119,12 +108,7 @@ LISTS_SCHEMA = pa.schema(
 
 
 def inputs(ctx: StageContext[TrainRerankConfig]) -> dict[str, Any]:
-    """A digest of the base model's files when it is local (a hub id is named by id and revision)."""
-    name = ctx.config.base_model
-    if name.startswith("builtin:"):
-        return {"base_model_files": model_files_digest(builtin_cross_encoder_path(name))}
-    local = ctx.base_dir / name
-    return {"base_model_files": model_files_digest(local)} if local.is_dir() else {}
+    return base_model_inputs(ctx.config.base_model, ctx.base_dir, builtin_cross_encoder_path)
 
 
 def _seeds(ctx: StageContext[TrainRerankConfig], _inputs: dict[str, Any]) -> TableSource:
