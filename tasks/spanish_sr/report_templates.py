@@ -44,7 +44,7 @@ SIGNIFICANCE_TEMPLATE = """
 <td>{{ c.test }}</td><td class="num">{{ c.statistic | metric }}</td><td class="num">{{ c.p_text }}</td><td>{{ c.decision }}</td><td>{{ c.note }}</td></tr>
 {%- endfor %}
 </tbody></table>
-<p class="note">Paired over the systems and seeds (n); expert − question, so a positive statistic favours the expert queries.
+<p class="note">Paired over the systems (n), each averaged over the seeds; expert − question, so a positive statistic favours the expert queries.
 Shapiro–Wilk on the differences picks the paired t-test or Wilcoxon's signed-rank test.</p>
 """
 

@@ -7,9 +7,11 @@
 - :func:`summary_rows`: per review (and ``all``), query kind (and ``all``), system and
   measure, each seed's mean over the queries, then the mean, sample standard deviation
   (null with one seed), minimum and maximum over seeds — paper 004 averages three seeds.
-- :func:`significance_scores`: per review and measure, one value per unit = system × seed and
-  query kind (the mean over that review's queries of the kind), the input of
-  :func:`tasks.spanish_sr.significance.compare_table` (paper 004 pairs the rows of Tables 3–4).
+- :func:`significance_scores`: per review and measure, one value per system and query kind
+  (the mean over the seeds and that review's queries of the kind), the input of
+  :func:`tasks.spanish_sr.significance.compare_table`. Paper 004 pairs the rows of its Tables
+  3–4, each a system averaged over three seeds; a system × seed unit would count BM25 (the
+  same in every seed) once per seed, pairs that are not independent.
 """
 
 from __future__ import annotations
@@ -86,12 +88,11 @@ def summary_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def significance_scores(rows: Sequence[Mapping[str, Any]], measures: Sequence[str]) -> pa.Table:
-    """:data:`SCORES_SCHEMA` rows: review, measure, unit ``<system>/seed-<seed>``, query kind, mean value."""
+    """:data:`SCORES_SCHEMA` rows: review, measure, unit = the system, query kind, mean value over seeds and queries."""
     values: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
     for r in rows:
         if r["measure"] in measures and r["query_kind"] in (QUESTION, EXPERT):
-            unit = f"{r['system']}/seed-{r['seed']}"
-            values[(r["review_id"], r["measure"], unit, r["query_kind"])].append(r["value"])
+            values[(r["review_id"], r["measure"], r["system"], r["query_kind"])].append(r["value"])
     table = [
         {
             "review": review,

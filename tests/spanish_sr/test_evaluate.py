@@ -112,7 +112,7 @@ def test_the_summary_and_the_table_5_rows_follow_the_per_query_values(english: d
         ]
         assert summary[("all", "expert", system, "AP")]["mean"] == pytest.approx(np.mean(expert))
     [ap, nd] = english["evaluate"].read(table="significance").to_pylist()
-    assert (ap["metric"], nd["metric"]) == ("AP", "nDCG") and ap["n"] == 7  # 7 systems x 1 seed paired
+    assert (ap["metric"], nd["metric"]) == ("AP", "nDCG") and ap["n"] == 7  # the 7 systems paired
     question = [r["value"] for r in rows if r["measure"] == "AP" and r["query_kind"] == "question"]
     assert ap["mean_question"] == pytest.approx(np.mean(question))
     assert ap["test"] in ("paired_t", "wilcoxon") and 0 <= ap["p_value"] <= 1

@@ -13,7 +13,7 @@ Units: the queries. Kept: one row per query, seed, system and measure (``query_i
 ``review_id``, ``query_kind``, ``seed``, ``system``, ``measure``, ``value``). Excluded:
 ``empty_query`` (no letter or digit). Side tables: ``summary``
 (:func:`tasks.spanish_sr.review_eval.summary_rows`: mean ± std over seeds, per review and
-overall), ``significance`` (question vs expert queries per review and measure, Table 5:
+overall), ``significance`` (question vs expert queries per review and measure, the systems paired, each averaged over the seeds; Table 5:
 :mod:`tasks.spanish_sr.significance`), ``runs`` (every system's top ``runs_depth`` per
 query and seed) and ``held_out`` (the same systems on each seed's held-out questions,
 self-retrieval from the ``hybrid`` rows: ``RR``, ``R@1``, ``R@10``).
@@ -225,7 +225,7 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
 
 SPEC: StageSpec[EvaluateConfig] = StageSpec(
     name="evaluate",
-    version=1,
+    version=2,
     config_type=EvaluateConfig,
     upstream=("reviews", "clean", "bm25", "train_dense", "hybrid", "train_rerank", "questions"),
     schema=SCHEMA,
