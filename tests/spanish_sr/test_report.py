@@ -81,7 +81,7 @@ def _history(seeds: list[int], base: float) -> list[dict[str, Any]]:
 
 def _models(root: Path, seeds: list[int]) -> dict[str, StageOutcome]:
     dense = [
-        {"seed": s, "best_epoch": 2, "val_metric": 1.0, "val_loss": 1.0, "val_mrr": 0.7}
+        {"seed": s, "best_epoch": 2, "val_metric": 1.0, "val_loss": 1.0, "val_mrr": 0.7, "grid_point": "{}"}
         | {"train_pairs": 18, "val_pairs": 5, "model_dir": str(s)}
         for s in seeds
     ]

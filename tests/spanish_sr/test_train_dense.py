@@ -3,6 +3,7 @@ pairs: the builtin MiniLM fine-tuned for one epoch, 64 tokens, with both losses.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,24 @@ def test_too_few_pairs_are_excluded_and_bad_config_refused(fifty: tuple[Path, Ar
         validate_config(TrainDenseConfig, {"seeds": [1, 1]}, "test")
     with pytest.raises(ConfigError, match="loss"):
         validate_config(TrainDenseConfig, {"loss": "triplet"}, "test")
+
+
+def test_a_grid_trains_every_point_and_keeps_the_best_on_validation(fifty: tuple[Path, Artifact]) -> None:
+    root, pairs = fifty
+    outcome = train_dense(root / "grid", pairs, grid={"learning_rate": [1e-6, 2e-4], "warmup_ratio": [0.0]})
+    points = outcome.artifact.read(table="grid").to_pylist()
+    assert [json.loads(p["point"]) for p in points] == [
+        {"learning_rate": 1e-6, "warmup_ratio": 0.0},
+        {"learning_rate": 2e-4, "warmup_ratio": 0.0},
+    ]
+    best = min(points, key=lambda p: p["val_loss"])
+    assert [p["chosen"] for p in points] == [p is best for p in points]
+    [row] = outcome.artifact.read().to_pylist()
+    assert row["grid_point"] == best["point"] and row["val_loss"] == best["val_loss"]
+    card = (outcome.artifact.files / row["model_dir"] / "README.md").read_text(encoding="utf-8")
+    assert f"learning rate {json.loads(best['point'])['learning_rate']}" in card
+    plain = train_dense(root / "plain", pairs).artifact
+    assert plain.read().to_pylist()[0]["grid_point"] == "{}" and plain.read(table="grid").num_rows == 1
+    for bad in ({"epochs": [1.5]}, {"learning_rate": [1e-5, 1e-5]}, {"momentum": [0.9]}):
+        with pytest.raises(ConfigError):
+            validate_config(TrainDenseConfig, SMALL | {"grid": bad}, "test")

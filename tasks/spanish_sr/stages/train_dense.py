@@ -12,20 +12,26 @@ The paper's encoders, by hub id (paper 004 §3.2): ``bert-base-multilingual-case
 ``dccuchile/bert-base-spanish-wwm-cased`` (BETO), ``IIC/XLM_R_Galen`` (XLM-R Galén),
 ``PlanTL-GOB-ES/bsc-bio-ehr-es`` (bsc-bio-ehr-es); a plain BERT checkpoint gets
 sentence-transformers' mean pooling. The paper's grid (§4.3): batch size 8–256 (32), warm-up
-0/500/1000 steps (500), weight decay 0–0.1, learning rate 1e-4 / 3e-5 / 1e-5, epochs 3–20.
+0/500/1000 steps (500), weight decay 0–0.1, learning rate 1e-4 / 3e-5 / 1e-5, epochs 3–20;
+``grid`` lists values per key, and every combination is trained per seed.
 
 Units: the seeds. Kept: ``seed``, ``best_epoch`` (0: no epoch beat the base model, which is
 then saved), ``val_metric`` (the ``select_by`` value of that epoch), ``val_loss``, ``val_mrr``,
 ``train_pairs``, ``val_pairs``, ``model_dir`` (relative to the artifact's ``files/``: the
-seed, holding the sentence-transformers model and a ``README.md`` card). Side tables:
-``split`` (seed, record_id, part ``train``/``validation``) and ``history`` (every epoch's
-train loss, validation loss and MRR; epoch 0 = the base model). Excluded: ``too_few_pairs``
+seed, holding the sentence-transformers model and a ``README.md`` card), ``grid_point`` (the
+chosen ``grid`` values as JSON, ``{}`` without a grid). Side tables: ``split`` (seed,
+record_id, part ``train``/``validation``), ``history`` (the chosen point's epochs: train
+loss, validation loss and MRR; epoch 0 = the base model) and ``grid`` (every point tried per
+seed with its best epoch's validation numbers and which was chosen; a tie keeps the earlier
+point). Excluded: ``too_few_pairs``
 (fewer than 2 training pairs or no validation pair).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+import json
+from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import Field, model_validator
@@ -37,6 +43,8 @@ from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exc
 from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path
 from tasks.spanish_sr.dense_training import Loss, Settings, load_model, save, split, train
 from tasks.spanish_sr.training_loop import HISTORY_SCHEMA, SEED, SelectBy, Trained, base_model_inputs
+
+GridKey = Literal["learning_rate", "train_batch_size", "warmup_ratio", "weight_decay", "epochs"]
 
 
 class TrainDenseConfig(StrictModel):
@@ -64,12 +72,37 @@ class TrainDenseConfig(StrictModel):
     select_by: SelectBy = Field("val_loss", description="Early stopping on val_loss or val_mrr.")
     max_seq_length: int | None = Field(None, ge=8, description="Tokens per text (None: the model's).")
     device: Transport[str | None] = Field(None, description="cuda, cpu…; default CUDA when present.")
+    grid: dict[GridKey, list[float]] | None = Field(
+        None,
+        description="Values to try per key (paper 004 §4.3's grid); every combination is trained per seed "
+        "and the best on select_by is kept. Keys: learning_rate, train_batch_size, warmup_ratio, "
+        "weight_decay, epochs.",
+    )
 
     @model_validator(mode="after")
     def _distinct_seeds(self) -> TrainDenseConfig:
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds repeat: {self.seeds}")
+        for key, values in (self.grid or {}).items():
+            if not values or len(set(values)) != len(values):
+                raise ValueError(f"grid.{key} must list distinct values, got {values}")
+            if key in ("train_batch_size", "epochs") and any(v != int(v) or v < 1 for v in values):
+                raise ValueError(f"grid.{key} takes whole numbers of at least 1, got {values}")
         return self
+
+    def points(self) -> list[TrainDenseConfig]:
+        """This config at every point of ``grid`` (itself alone without a grid), in grid order."""
+        grid = self.grid or {}
+        keys = sorted(grid)
+        return [
+            self.model_copy(
+                update={
+                    k: int(v) if k in ("train_batch_size", "epochs") else v
+                    for k, v in zip(keys, values, strict=True)
+                }
+            )
+            for values in itertools.product(*(grid[k] for k in keys))
+        ]
 
     def settings(self) -> Settings:
         fields = set(Settings.__dataclass_fields__) - {"batch_size"}
@@ -87,9 +120,20 @@ SCHEMA = pa.schema(
         pa.field("train_pairs", _I, nullable=False),
         pa.field("val_pairs", _I, nullable=False),
         pa.field("model_dir", _S, nullable=False),
+        pa.field("grid_point", _S, nullable=False),
     ]
 )
 EXCLUDED_SCHEMA = exclusion_schema(SEED)
+GRID_SCHEMA = pa.schema(
+    [
+        SEED,
+        pa.field("point", _S, nullable=False),
+        pa.field("best_epoch", _I, nullable=False),
+        pa.field("val_loss", _F, nullable=False),
+        pa.field("val_mrr", _F, nullable=False),
+        pa.field("chosen", pa.bool_(), nullable=False),
+    ]
+)
 SPLIT_SCHEMA = pa.schema(
     [SEED, pa.field("record_id", _S, nullable=False), pa.field("part", _S, nullable=False)]
 )
@@ -128,16 +172,30 @@ def card(config: TrainDenseConfig, seed: int, trained: Trained, train_n: int, va
 
 def _one_seed(
     ctx: StageContext[TrainDenseConfig], seed: int, ids: list[str], pairs: list[tuple[str, str]]
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     config = ctx.config
     if ctx.files_dir is None:
         raise IrforgeError("train_dense: the engine gave no files folder to save the models in")
     train_rows, val_rows = split(len(pairs), config.validation, seed)
-    model = load_model(config.base_model, config.revision, config.device)
-    trained = train(
-        model, [pairs[i] for i in train_rows], [pairs[i] for i in val_rows], config.settings(), seed
-    )
-    save(model, ctx.files_dir / str(seed), card(config, seed, trained, len(train_rows), len(val_rows)))
+    best: tuple[TrainDenseConfig, Trained, Any] | None = None
+    tried = []
+    for point in config.points():
+        model = load_model(config.base_model, config.revision, config.device)
+        result = train(
+            model, [pairs[i] for i in train_rows], [pairs[i] for i in val_rows], point.settings(), seed
+        )
+        tried.append((point, result))
+        if best is None or _better(result, best[1], config.select_by):
+            best = (point, result, model)
+    assert best is not None  # points() holds at least the config itself
+    chosen, trained, model = best
+    save(model, ctx.files_dir / str(seed), card(chosen, seed, trained, len(train_rows), len(val_rows)))
+    grid_rows = [
+        {"seed": seed, "point": _point(config, p), "best_epoch": r.best_epoch, "val_loss": r.val_loss,
+         "val_mrr": r.val_mrr, "chosen": p is chosen}
+        for p, r in tried
+    ]  # fmt: skip
+    config = chosen
     metric = trained.val_loss if config.select_by == "val_loss" else trained.val_mrr
     kept: dict[str, Any] = {
         "seed": seed,
@@ -147,24 +205,35 @@ def _one_seed(
     }
     kept |= {"val_mrr": trained.val_mrr, "train_pairs": len(train_rows), "val_pairs": len(val_rows)}
     kept["model_dir"] = str(seed)
+    kept["grid_point"] = _point(ctx.config, chosen)
     parts = [(i, "train") for i in train_rows] + [(i, "validation") for i in val_rows]
     split_rows = [{"seed": seed, "record_id": ids[i], "part": p} for i, p in sorted(parts)]
-    return kept, split_rows, [{"seed": seed, **h} for h in trained.history]
+    return kept, split_rows, [{"seed": seed, **h} for h in trained.history], grid_rows
+
+
+def _better(result: Trained, best: Trained, select_by: SelectBy) -> bool:
+    return result.val_loss < best.val_loss if select_by == "val_loss" else result.val_mrr > best.val_mrr
+
+
+def _point(config: TrainDenseConfig, point: TrainDenseConfig) -> str:
+    """The grid values of ``point`` as JSON (``{}`` without a grid)."""
+    return json.dumps({k: getattr(point, k) for k in sorted(config.grid or {})}, sort_keys=True)
 
 
 def process(chunk: pa.Table, ctx: StageContext[TrainDenseConfig]) -> ChunkResult:
     table = ctx.upstream["questions"].read(columns=["record_id", "question", "abstract"]).sort_by("record_id")
     ids = table.column("record_id").to_pylist()
     pairs = list(zip(table.column("question").to_pylist(), table.column("abstract").to_pylist(), strict=True))
-    kept, excluded, splits, history = [], [], [], []
+    kept, excluded, splits, history, grid = [], [], [], [], []
     for seed in chunk.column("seed").to_pylist():
         train_rows, val_rows = split(len(pairs), ctx.config.validation, seed)
         if len(train_rows) < 2 or not val_rows:
             detail = f"{len(pairs)} pairs in the questions artifact: {len(train_rows)} to train, {len(val_rows)} to validate"
             excluded.append({"seed": seed, "reason": "too_few_pairs", "detail": detail})
             continue
-        row, split_rows, epochs = _one_seed(ctx, seed, ids, pairs)
+        row, split_rows, epochs, points = _one_seed(ctx, seed, ids, pairs)
         kept.append(row)
+        grid += points
         splits += split_rows
         history += epochs
     return ChunkResult(
@@ -173,13 +242,14 @@ def process(chunk: pa.Table, ctx: StageContext[TrainDenseConfig]) -> ChunkResult
         tables={
             "split": rows_to_table(splits, SPLIT_SCHEMA),
             "history": rows_to_table(history, HISTORY_SCHEMA),
+            "grid": rows_to_table(grid, GRID_SCHEMA),
         },
     )
 
 
 SPEC: StageSpec[TrainDenseConfig] = StageSpec(
     name="train_dense",
-    version=1,
+    version=2,
     config_type=TrainDenseConfig,
     upstream=("questions",),
     schema=SCHEMA,
@@ -188,6 +258,6 @@ SPEC: StageSpec[TrainDenseConfig] = StageSpec(
     inputs=inputs,
     source=_seeds,
     process=process,
-    tables={"split": SPLIT_SCHEMA, "history": HISTORY_SCHEMA},
+    tables={"split": SPLIT_SCHEMA, "history": HISTORY_SCHEMA, "grid": GRID_SCHEMA},
     description="Sentence-transformers dual encoder fine-tuned on the question pairs, one model per seed.",
 )
