@@ -22,9 +22,11 @@ self-retrieval from the ``hybrid`` rows: ``RR``, ``R@1``, ``R@10``).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field
 
 from irforge.config import StrictModel
@@ -34,7 +36,8 @@ from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exc
 from tasks.common.embed.local import SentenceTransformerEncoder
 from tasks.common.evaluate.metrics import evaluate_per_query
 from tasks.common.rerank.local import CrossEncoderReranker
-from tasks.spanish_sr.fusion_scores import METHODS, Method, first_stage
+from tasks.common.rerank.port import Reranker
+from tasks.spanish_sr.fusion_scores import METHODS, Bm25Params, Fusion, Method, first_stage
 from tasks.spanish_sr.review_eval import Ranked, as_run, reranked, significance_scores, summary_rows
 from tasks.spanish_sr.significance import RESULT_SCHEMA, SignificanceConfig, compare_table
 from tasks.spanish_sr.stages.hybrid import bm25_params, fusion_of
@@ -110,26 +113,62 @@ def _models(ctx: StageContext[EvaluateConfig]) -> dict[int, tuple[str, str | Non
     return out
 
 
-def _rankings(
-    ctx: StageContext[EvaluateConfig], queries: dict[str, str], seed: int, models: tuple[str, str | None, int]
-) -> dict[str, dict[str, Ranked]]:
-    """system → query → ranking, for one seed."""
+@dataclass(frozen=True)
+class _Inputs:
+    """What every seed reads, read once: the corpus, the first stage's settings, the held-out
+    questions' hybrid rows by seed and the question pairs' texts."""
+
+    corpus: list[tuple[str, str]]
+    params: Bm25Params
+    fusion: Fusion
+    held_out: dict[int, list[dict[str, Any]]]
+    questions: dict[str, str]
+    abstracts: dict[str, str]
+
+
+def _inputs(ctx: StageContext[EvaluateConfig]) -> _Inputs:
     config = ctx.config
     corpus_table = ctx.upstream["clean"].read(columns=["record_id", "abstract"]).sort_by("record_id")
     corpus = [(r["record_id"], r["abstract"]) for r in corpus_table.to_pylist() if r["abstract"]]
-    fusion = fusion_of(ctx)
+    hybrid = fusion_of(ctx)
     methods = tuple(dict.fromkeys([m for m in config.systems if m != "rerank"] + [config.rerank_from]))
-    fusion = type(fusion)(methods, fusion.bm25_weight, config.depth, fusion.rrf_k, fusion.rrf_depth)
-    encoder = SentenceTransformerEncoder(models[0], device=config.device, batch_size=config.batch_size)
+    fusion = Fusion(methods, hybrid.bm25_weight, config.depth, hybrid.rrf_k, hybrid.rrf_depth)
+    rows = ctx.upstream["hybrid"].read(
+        columns=["query_id", "seed", "part", "method", "rank", "record_id", "score"]
+    )
+    held_out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows.filter(pc.equal(rows["part"], "validation")).to_pylist():
+        held_out[r["seed"]].append(r)
+    pairs = ctx.upstream["questions"].read(columns=["record_id", "question", "abstract"]).to_pylist()
+    questions = {p["record_id"]: p["question"] for p in pairs}
+    abstracts = {p["record_id"]: p["abstract"] for p in pairs}
+    return _Inputs(corpus, bm25_params(ctx), fusion, held_out, questions, abstracts)
+
+
+def _reranker(config: EvaluateConfig, models: tuple[str, str | None, int]) -> CrossEncoderReranker | None:
+    """The seed's reranker, loaded once for the review and the held-out queries (None: not evaluated)."""
+    if "rerank" not in config.systems or models[1] is None:
+        return None
+    return CrossEncoderReranker(
+        models[1], max_length=models[2], device=config.device, batch_size=config.batch_size
+    )
+
+
+def _rankings(
+    config: EvaluateConfig,
+    shared: _Inputs,
+    queries: dict[str, str],
+    encoder_dir: str,
+    reranker: Reranker | None,
+) -> dict[str, dict[str, Ranked]]:
+    """system → query → ranking, for one seed."""
+    encoder = SentenceTransformerEncoder(encoder_dir, device=config.device, batch_size=config.batch_size)
     out: dict[str, dict[str, Ranked]] = defaultdict(lambda: defaultdict(list))
-    for r in first_stage(sorted(queries.items()), corpus, bm25_params(ctx), encoder, fusion):
+    for r in first_stage(sorted(queries.items()), shared.corpus, shared.params, encoder, shared.fusion):
         out[r["method"]][r["query_id"]].append((r["record_id"], r["score"]))
-    if "rerank" in config.systems and models[1] is not None:
-        reranker = CrossEncoderReranker(
-            models[1], max_length=models[2], device=config.device, batch_size=config.batch_size
-        )
+    if reranker is not None:
         first = {q: [rid for rid, _ in ranking] for q, ranking in out[config.rerank_from].items()}
-        out["rerank"] = reranked(first, queries, dict(corpus), reranker, config.rerank_depth)
+        out["rerank"] = reranked(first, queries, dict(shared.corpus), reranker, config.rerank_depth)
     return {s: out[s] for s in config.systems}
 
 
@@ -144,27 +183,19 @@ def _measured(
 
 
 def _held_out(
-    ctx: StageContext[EvaluateConfig], seed: int, models: tuple[str, str | None, int]
+    config: EvaluateConfig, seed: int, shared: _Inputs, reranker: Reranker | None
 ) -> list[dict[str, Any]]:
-    config = ctx.config
-    hybrid = ctx.upstream["hybrid"].read(
-        columns=["query_id", "seed", "part", "method", "rank", "record_id", "score"]
-    )
-    rows = [r for r in hybrid.to_pylist() if r["seed"] == seed and r["part"] == "validation"]
+    rows = shared.held_out.get(seed, [])
     if not rows:
         return []
     rankings: dict[str, dict[str, Ranked]] = defaultdict(lambda: defaultdict(list))
     for r in sorted(rows, key=lambda r: (r["method"], r["query_id"], r["rank"])):
         rankings[r["method"]][r["query_id"]].append((r["record_id"], r["score"]))
-    if "rerank" in config.systems and models[1] is not None and config.rerank_from in rankings:
-        pairs = ctx.upstream["questions"].read(columns=["record_id", "question", "abstract"]).to_pylist()
-        questions = {p["record_id"]: p["question"] for p in pairs}
+    if reranker is not None and config.rerank_from in rankings:
         first = {q: [rid for rid, _ in r] for q, r in rankings[config.rerank_from].items()}
-        reranker = CrossEncoderReranker(
-            models[1], max_length=models[2], device=config.device, batch_size=config.batch_size
+        rankings["rerank"] = reranked(
+            first, shared.questions, shared.abstracts, reranker, config.rerank_depth
         )
-        abstracts = {p["record_id"]: p["abstract"] for p in pairs}
-        rankings["rerank"] = reranked(first, questions, abstracts, reranker, config.rerank_depth)
     qrels = {qid: {qid: 1} for qid in {r["query_id"] for r in rows}}
     measured = _measured(
         {s: rankings[s] for s in config.systems if s in rankings}, qrels, config.held_out_measures
@@ -196,8 +227,11 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
         relevant[j["review_id"]][j["record_id"]] = j["relevance"]
     qrels = {qid: relevant[r["review_id"]] for qid, r in info.items()}
     kept, runs, held_out = [], [], []
+    shared = _inputs(ctx)
     for seed, models in sorted(_models(ctx).items()):
-        rankings = _rankings(ctx, {q: r["text"] for q, r in info.items()}, seed, models) if info else {}
+        reranker = _reranker(config, models)
+        queries = {q: r["text"] for q, r in info.items()}
+        rankings = _rankings(config, shared, queries, models[0], reranker) if info else {}
         for system, by_query in _measured(rankings, qrels, config.measures).items() if info else ():
             for qid, values in by_query.items():
                 base = {"query_id": qid, "review_id": info[qid]["review_id"], "query_kind": info[qid]["kind"]}
@@ -211,7 +245,7 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
             for qid, ranking in sorted(by_query.items())
             for rank, (rid, score) in enumerate(ranking[: config.runs_depth], start=1)
         ]
-        held_out += _held_out(ctx, seed, models)
+        held_out += _held_out(config, seed, shared, reranker)
     tables = {
         "summary": rows_to_table(summary_rows(kept), SUMMARY_SCHEMA),
         "significance": compare_table(

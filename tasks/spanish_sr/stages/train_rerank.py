@@ -116,8 +116,10 @@ def _seeds(ctx: StageContext[TrainRerankConfig], _inputs: dict[str, Any]) -> Tab
     return TableSource(rows_to_table([{"seed": s} for s in seeds], pa.schema([SEED])))
 
 
-def candidates(ctx: StageContext[TrainRerankConfig], seed: int) -> dict[str, list[Candidates]]:
-    """The seed's questions by part, each with its candidates in rank order."""
+def candidates(
+    ctx: StageContext[TrainRerankConfig], text: dict[str, str]
+) -> dict[int, dict[str, list[Candidates]]]:
+    """Each seed's questions by part, each with its candidates in rank order (``text``: record id → question)."""
     rows = ctx.upstream["hybrid"].read(columns=["query_id", "seed", "part", "method", "rank", "record_id"])
     methods = sorted(set(rows.column("method").to_pylist()))
     if methods and ctx.config.candidates_from not in methods:
@@ -125,17 +127,13 @@ def candidates(ctx: StageContext[TrainRerankConfig], seed: int) -> dict[str, lis
             f"train_rerank.candidates_from is {ctx.config.candidates_from!r}, but the hybrid artifact "
             f"{ctx.upstream['hybrid'].path} ranked with {methods} only: add it to hybrid.methods or pick one of them"
         )
-    mine = rows.filter(
-        pc.and_(pc.equal(rows["seed"], seed), pc.equal(rows["method"], ctx.config.candidates_from))
-    )
-    ranked: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+    mine = rows.filter(pc.equal(rows["method"], ctx.config.candidates_from))
+    ranked: dict[tuple[int, str, str], list[tuple[int, str]]] = defaultdict(list)
     for r in mine.to_pylist():
-        ranked[(r["part"], r["query_id"])].append((r["rank"], r["record_id"]))
-    questions = ctx.upstream["questions"].read(columns=["record_id", "question"]).to_pylist()
-    text = {q["record_id"]: q["question"] for q in questions}
-    out: dict[str, list[Candidates]] = {"train": [], "validation": []}
-    for (part, qid), hits in sorted(ranked.items()):
-        out[part].append(Candidates(qid, text[qid], tuple(rid for _, rid in sorted(hits))))
+        ranked[(r["seed"], r["part"], r["query_id"])].append((r["rank"], r["record_id"]))
+    out: dict[int, dict[str, list[Candidates]]] = defaultdict(lambda: {"train": [], "validation": []})
+    for (seed, part, qid), hits in sorted(ranked.items()):
+        out[seed][part].append(Candidates(qid, text[qid], tuple(rid for _, rid in sorted(hits))))
     return out
 
 
@@ -165,14 +163,14 @@ def card(config: TrainRerankConfig, seed: int, trained: Trained, train_n: int, v
 
 
 def _one_seed(
-    ctx: StageContext[TrainRerankConfig], seed: int
+    ctx: StageContext[TrainRerankConfig],
+    seed: int,
+    by_part: dict[str, list[Candidates]],
+    abstracts: dict[str, str],
 ) -> tuple[dict[str, Any] | None, list[Any], list[Any]]:
     config = ctx.config
     if ctx.files_dir is None:
         raise IrforgeError("train_rerank: the engine gave no files folder to save the models in")
-    by_part = candidates(ctx, seed)
-    pairs = ctx.upstream["questions"].read(columns=["record_id", "abstract"]).to_pylist()
-    abstracts = {p["record_id"]: p["abstract"] for p in pairs}
     val_lists = build_lists(by_part["validation"], abstracts, config.settings())
     train_lists = build_lists(by_part["train"], abstracts, config.settings())
     sizes = {t.record_id: len(t.abstracts) - 1 for t in (*train_lists, *val_lists)}
@@ -211,8 +209,11 @@ def _one_seed(
 
 def process(chunk: pa.Table, ctx: StageContext[TrainRerankConfig]) -> ChunkResult:
     kept, excluded, lists, history = [], [], [], []
+    pairs = ctx.upstream["questions"].read(columns=["record_id", "question", "abstract"]).to_pylist()
+    abstracts = {p["record_id"]: p["abstract"] for p in pairs}
+    by_seed = candidates(ctx, {p["record_id"]: p["question"] for p in pairs})
     for seed in chunk.column("seed").to_pylist():
-        row, seed_lists, epochs = _one_seed(ctx, seed)
+        row, seed_lists, epochs = _one_seed(ctx, seed, by_seed[seed], abstracts)
         lists += seed_lists
         if row is None:
             parts = {
