@@ -65,6 +65,16 @@ class Block:
 
 
 @dataclass(frozen=True)
+class Dropped:
+    """Text a reader left out, and why (``removed:figure``, ``justext:bad``, ``jats:fig``...):
+    what ``irforge quality`` names when a labelled prose block went missing."""
+
+    reason: str
+    text: str
+
+
+@dataclass(frozen=True)
 class ParsedArticle:
     meta: ArticleMeta
     blocks: list[Block] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)

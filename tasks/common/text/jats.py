@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import re
 from html.entities import name2codepoint
+from typing import Literal
 
 from lxml import etree
 
-from tasks.common.text.document import ArticleMeta, Block, BlockKind, InputRejected, ParsedArticle
+from tasks.common.text.document import ArticleMeta, Block, BlockKind, Dropped, InputRejected, ParsedArticle
 from tasks.common.text.identifiers import normalise_doi, normalise_pmcid
 from tasks.common.text.licences import normalise_licence, shorten_statement
 
@@ -95,6 +96,19 @@ _BACK_MATTER_TITLES = frozenset(
         "financiación", "conflicto de intereses", "referencias",
     }
 )  # fmt: skip
+# Sub-sections of an abstract or summary that are not its text: link lists ("Where can I
+# get more information?") and registry numbers ("Trial Registration").
+_NOT_ABSTRACT_TEXT = re.compile(r"\b(?:additional|further|more)\s+information\b|\bregistration\b")
+# Ethics sub-sections inside Methods are the study's methods; at the top level they are
+# back matter (declarations).
+_ETHICS_TITLES = frozenset(
+    {"ethics statement", "ethics", "ethical approval", "ethics approval", "ethical considerations",
+     "ethics approval and consent to participate", "informed consent statement",
+     "institutional review board statement"}
+)  # fmt: skip
+# A paragraph of an abstract that only points elsewhere (PLOS: "Please see later in the
+# article for the Editors' Summary").
+_POINTER = re.compile(r"^please see (?:later in )?the article for the \w+'? summary\.?$", re.IGNORECASE)
 BACK_MATTER_SEC_TYPES = frozenset(
     {"supplementary-material", "coi-statement", "ack", "author-contributions", "funding-information",
      "data-availability", "display-objects"}
@@ -108,8 +122,16 @@ LIBXML2_LIMITS = "10,000,000 bytes per text node, 50,000 per name, 256 levels of
 _STRICT = {"load_dtd": False, "resolve_entities": False, "no_network": True, "huge_tree": False}
 
 
-def parse_jats(data: bytes) -> ParsedArticle:
-    """Metadata and text blocks of one JATS article; :class:`InputRejected` if it is not one."""
+CitationNumbers = Literal["drop", "bracket"]
+
+
+def parse_jats(data: bytes, *, citation_numbers: CitationNumbers = "drop") -> ParsedArticle:
+    """Metadata and text blocks of one JATS article; :class:`InputRejected` if it is not one.
+
+    ``citation_numbers``: what becomes of reference numbers set as superscripts
+    ("cells<sup>5,6</sup>"): ``drop`` them, or ``bracket`` them ("cells [5,6]"). Bracketed
+    citations in the text ("[5]") stay as they are either way.
+    """
     parser = etree.XMLParser(remove_comments=True, remove_pis=True, **_STRICT)
     try:
         root = etree.fromstring(data, parser)
@@ -118,17 +140,31 @@ def parse_jats(data: bytes) -> ParsedArticle:
             raise InputRejected("too_large", f"{err.msg} (libxml2's limits: {LIBXML2_LIMITS})") from err
         raise InputRejected("malformed_xml", str(err)) from err
     article = _article(root)
+    _citation_superscripts(article, citation_numbers)
     front = _child(article, "front")
     meta_el = _child(front, "article-meta") if front is not None else None
     if meta_el is None:
         raise InputRejected("not_jats", "<article> has no <front>/<article-meta>")
-    blocks: list[Block] = []
+    blocks = _Sink()
     for abstract in _children(meta_el, "abstract"):
         _abstract(abstract, blocks)
     body = _child(article, "body")
     if body is not None:
         _walk(body, (), "paragraph", blocks)
-    return ParsedArticle(meta=_meta(article, front, meta_el), blocks=blocks)
+    return ParsedArticle(meta=_meta(article, front, meta_el), blocks=list(blocks), dropped=blocks.dropped)
+
+
+class _Sink(list[Block]):
+    """The blocks read so far, and what was left out with its reason."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped: list[Dropped] = []
+
+    def drop(self, reason: str, el: etree._Element) -> None:
+        text = _norm("".join(str(t) for t in el.itertext()))
+        if text:
+            self.dropped.append(Dropped(reason, text))
 
 
 # --- document structure -------------------------------------------------------------
@@ -148,9 +184,10 @@ def _article(root: etree._Element) -> etree._Element:
     return root
 
 
-def _abstract(abstract: etree._Element, out: list[Block]) -> None:
+def _abstract(abstract: etree._Element, out: _Sink) -> None:
     kind = (abstract.get("abstract-type") or "").strip().lower()
     if kind in _SKIP_ABSTRACT_TYPES:
+        out.drop(f"abstract_type:{kind}", abstract)
         return
     if kind in _MAIN_ABSTRACT_TYPES:
         base: tuple[str, ...] = ("Abstract",)
@@ -160,26 +197,40 @@ def _abstract(abstract: etree._Element, out: list[Block]) -> None:
     _walk(abstract, base, "abstract", out)
 
 
-def _walk(el: etree._Element, path: tuple[str, ...], kind: BlockKind, out: list[Block]) -> None:
+def _walk(el: etree._Element, path: tuple[str, ...], kind: BlockKind, out: _Sink) -> None:
     for child in el:
         if isinstance(child.tag, str):
             _dispatch(child, path, kind, out)
 
 
-def _dispatch(el: etree._Element, path: tuple[str, ...], kind: BlockKind, out: list[Block]) -> None:
+def _dispatch(el: etree._Element, path: tuple[str, ...], kind: BlockKind, out: _Sink) -> None:
     name = _local(el)
-    if name in NOT_TEXT or name in ("title", "label", "caption", "subtitle"):
+    if name in NOT_TEXT:
+        out.drop(f"jats:{name}", el)
+        return
+    if name in ("title", "label", "caption", "subtitle"):
         return
     if name == "sec":
         title = _title(el)
         sec_type = (el.get("sec-type") or "").lower()
         back_matter = sec_type in BACK_MATTER_SEC_TYPES or (title and is_back_matter_title(title[0]))
-        if back_matter and kind != "abstract":  # an abstract's own sub-sections always count
+        key = _key(title[0]) if title else ""
+        if kind == "abstract":  # an abstract's sub-sections count ("Funding"), except:
+            back_matter = bool(_NOT_ABSTRACT_TEXT.search(key))
+        elif path and key in _ETHICS_TITLES:
+            back_matter = False
+        if back_matter:
+            out.drop("back_matter_section", el)
             return
         _walk(el, path + title, kind, out)
     elif name == "p":
+        if kind == "abstract" and _POINTER.match(_norm(_inline(el))):
+            out.drop("summary_pointer", el)
+            return
         _paragraph(el, path, kind, out)
-    elif name in ("list", "def-list"):
+    elif name == "def-list":  # abbreviation lists and glossaries: terms, not prose
+        out.drop("jats:def-list", el)
+    elif name == "list":
         lines = _list_lines(el)
         if lines:
             out.append(Block(kind="list", section_path=path, text="\n".join(lines)))
@@ -189,7 +240,7 @@ def _dispatch(el: etree._Element, path: tuple[str, ...], kind: BlockKind, out: l
         _walk(el, path, kind, out)
 
 
-def _paragraph(p: etree._Element, path: tuple[str, ...], kind: BlockKind, out: list[Block]) -> None:
+def _paragraph(p: etree._Element, path: tuple[str, ...], kind: BlockKind, out: _Sink) -> None:
     """One block per run of inline text; a list or quote inside the <p> splits it."""
     run = [p.text or ""]
     for child in p:
@@ -286,10 +337,53 @@ def _box_title(box: etree._Element) -> tuple[str, ...]:
     return (text,) if text else ()
 
 
-def _add(out: list[Block], kind: BlockKind, path: tuple[str, ...], text: str) -> None:
+def _add(out: _Sink, kind: BlockKind, path: tuple[str, ...], text: str) -> None:
     text = _norm(text)
     if text:
         out.append(Block(kind=kind, section_path=path, text=text))
+
+
+def _citation_superscripts(article: etree._Element, mode: CitationNumbers) -> None:
+    """Drop (or bracket) reference numbers glued to words: a ``<sup>`` holding only citation
+    links and numbers, or a bare numeric ``<xref ref-type="bibr">`` right after a word."""
+    for el in list(article.iter()):
+        if not isinstance(el.tag, str) or el.getparent() is None:
+            continue
+        name = _local(el)
+        text = "".join(str(t) for t in el.itertext()).strip()
+        if not text or not _CITATION_NUMBERS.match(text):
+            continue
+        links = [c for c in el if isinstance(c.tag, str)]
+        if name == "sup" and links and all(_local(c) == "xref" for c in links):
+            _replace(el, "" if mode == "drop" else f" [{text}]")
+        elif name == "xref" and el.get("ref-type") == "bibr" and _local(el.getparent()) != "sup":
+            before = _text_before(el)
+            if before[-1:].isalnum() or before[-1:] in (".", ",", ")"):
+                _replace(el, "" if mode == "drop" else f" [{text}]")
+
+
+_CITATION_NUMBERS = re.compile(r"^\d+(?:\s*[,–—-]\s*\d+)*$")
+
+
+def _text_before(el: etree._Element) -> str:
+    previous = el.getprevious()
+    if previous is not None:
+        return previous.tail or ""
+    parent = el.getparent()
+    return (parent.text or "") if parent is not None else ""
+
+
+def _replace(el: etree._Element, text: str) -> None:
+    """Remove ``el``, keeping its tail, with ``text`` in its place."""
+    parent = el.getparent()
+    assert parent is not None
+    previous = el.getprevious()
+    tail = text + (el.tail or "")
+    if previous is not None:
+        previous.tail = (previous.tail or "") + tail
+    else:
+        parent.text = (parent.text or "") + tail
+    parent.remove(el)
 
 
 # --- metadata --------------------------------------------------------------------------
@@ -353,10 +447,15 @@ def _journal(journal_meta: etree._Element | None) -> str | None:
 
 def is_back_matter_title(title: str) -> bool:
     """True for "References", "5. Acknowledgements:", "Appendix A", ... (any case)."""
-    key = (
+    key = _key(title)
+    return key in _BACK_MATTER_TITLES or re.match(r"appendi(?:x|ces)\b", key) is not None
+
+
+def _key(title: str) -> str:
+    """A section title without its number, case-folded: "5. Acknowledgements:" → "acknowledgements"."""
+    return (
         re.sub(r"^(?:\d+(?:\.\d+)*\.?|[IVX]+\.)\s*", "", title.replace("\u2019", "'")).strip(" :.").casefold()
     )
-    return key in _BACK_MATTER_TITLES or re.match(r"appendi(?:x|ces)\b", key) is not None
 
 
 # --- small helpers ---------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 from tasks.common.text.document import ArticleMeta, ParsedArticle
 from tasks.common.text.html import parse_html, read_html_metadata
-from tasks.common.text.jats import parse_jats
+from tasks.common.text.jats import CitationNumbers, parse_jats
 from tasks.common.text.sniff import Sniffed
 
 
@@ -17,11 +17,16 @@ def parse_article(
     *,
     default_language: str = "en",
     justext_params: Mapping[str, Any] | None = None,
+    citation_numbers: CitationNumbers = "drop",
 ) -> ParsedArticle:
     if sniffed.format == "jats":
-        return parse_jats(data)
+        return parse_jats(data, citation_numbers=citation_numbers)
     return parse_html(
-        data, encoding=sniffed.encoding, default_language=default_language, justext_params=justext_params
+        data,
+        encoding=sniffed.encoding,
+        default_language=default_language,
+        justext_params=justext_params,
+        citation_numbers=citation_numbers,
     )
 
 

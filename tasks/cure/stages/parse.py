@@ -23,7 +23,7 @@ parser's message.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import ftfy
 import pyarrow as pa
@@ -62,6 +62,13 @@ class ParseConfig(StrictModel):
         "en", min_length=2, max_length=2, description="ISO 639-1 language for HTML pages that declare none."
     )
     fix_text: bool = Field(True, description="Repair mojibake and stray entities with ftfy.")
+    citation_numbers: Literal["drop", "bracket"] = Field(
+        "drop",
+        description=(
+            "Reference numbers set as superscripts ('cells<sup>5,6</sup>'): drop them, or keep them "
+            "bracketed ('cells [5,6]'); bracketed citations in the text stay either way."
+        ),
+    )
     justext: JusTextConfig = JusTextConfig()
 
 
@@ -95,6 +102,7 @@ def _read(row: dict[str, Any], ctx: StageContext[ParseConfig]) -> ParsedArticle:
         sniffed,
         default_language=ctx.config.html_default_language,
         justext_params=ctx.config.justext.model_dump(),
+        citation_numbers=ctx.config.citation_numbers,
     )
 
 
@@ -145,7 +153,7 @@ def process(chunk: pa.Table, ctx: StageContext[ParseConfig]) -> ChunkResult:
 
 SPEC: StageSpec[ParseConfig] = StageSpec(
     name="parse",
-    version=1,
+    version=2,
     config_type=ParseConfig,
     upstream=("ingest",),
     schema=SCHEMA,
