@@ -42,8 +42,6 @@ from irforge.summary import rows_table, run_summary, status_table
 from tasks.common.release.hub import push_release
 from tasks.common.report.html import write_report
 from tasks.cure import calibration
-from tasks.cure.quality import report as quality_report
-from tasks.cure.quality.measure import Stages
 from tasks.cure.stages.pool import stored_floor
 
 app = typer.Typer(
@@ -64,7 +62,6 @@ ArtifactsOpt = Annotated[
     typer.Option("--artifacts", "-a", envvar="IRFORGE_ARTIFACTS", help="Artifact root.", show_default=True),
 ]
 DEFAULT_ARTIFACTS = Path("data/artifacts")
-DEFAULT_GOLD = Path(__file__).resolve().parents[1] / "data" / "passage_gold"
 USER_ERROR = 2
 INTERNAL_ERROR = 1
 
@@ -373,35 +370,6 @@ def release(
 
 @app.command()
 @_one_line_errors
-def quality(
-    flow: FlowArg,
-    config: ConfigOpt = None,
-    gold: Annotated[
-        Path, typer.Option("--gold", help="Labelled passage set (data/passage_gold layout).")
-    ] = DEFAULT_GOLD,
-    only: Annotated[
-        str | None, typer.Option("--only", help="Only documents whose name contains this.")
-    ] = None,
-) -> None:
-    """Score parse → segment → filter on the labelled passage set; exit 1 when a figure is under its floor."""
-    if flow != "cure":
-        raise IrforgeError(f"quality: only the cure flow has a labelled passage set, not {flow!r}")
-    flow_config, _ = get_pipeline(flow).load(config)
-    stages = flow_config.stages  # type: ignore[attr-defined]
-    scores = quality_report.score_all(gold, Stages(stages.parse, stages.segment, stages.filter), only)
-    if not scores:
-        raise IrforgeError(f"--only {only!r} matches no document of {gold}")
-    quality_report.print_report(scores, out)
-    failed = quality_report.failed_floors(scores, quality_report.Floors())
-    for line in failed:
-        err.print(f"under the floor: {line}", highlight=False)
-    out.print(quality_report.summary_line(scores), highlight=False)
-    if failed:
-        raise typer.Exit(INTERNAL_ERROR)
-
-
-@app.command()
-@_one_line_errors
 def report(
     flow: FlowArg,
     run_id: Annotated[str | None, typer.Option("--run", help="Run id (default: the latest run).")] = None,
@@ -410,6 +378,9 @@ def report(
     """Write (again) the HTML report of a run and print its path."""
     sections = get_pipeline(flow).report_sections
     out.print(str(write_report(artifacts.resolve(), flow, run_id, sections=sections)), highlight=False)
+
+
+import flows.cli_quality  # noqa: E402,F401  (registers ``irforge quality`` on ``app``)
 
 
 def main() -> None:

@@ -18,15 +18,9 @@ from html.entities import name2codepoint
 
 from lxml import etree
 
+from tasks.common.text.back_matter import BACK_MATTER_SEC_TYPES, is_back_matter_title
 from tasks.common.text.document import InputRejected
-from tasks.common.text.jats import (
-    BACK_MATTER_SEC_TYPES,
-    BLOCKS_IN_P,
-    FORMULA_TOKEN,
-    FORMULAS,
-    NOT_TEXT,
-    is_back_matter_title,
-)
+from tasks.common.text.jats import BLOCKS_IN_P, FORMULA_TOKEN, FORMULAS, NOT_TEXT
 
 _NOT_PROSE = frozenset({"title", "label", "caption", "subtitle"})
 

@@ -1,37 +1,32 @@
 """Read a publisher's article page (HTML) into a :class:`ParsedArticle` with jusText.
 
-CURE parsed its Nature / BioMed Central pages with jusText; this reader keeps jusText's
-paragraph classification (default thresholds) and adds what a test collection needs on
-top of it:
+CURE parsed its Nature / BioMed Central pages with jusText; this reader keeps jusText's verdicts
+(default thresholds) where the page says nothing better, and adds what a test collection needs.
+What it leaves out goes to ``ParsedArticle.dropped`` with its reason.
 
-- **Stoplist by language.** The page's language comes from ``<html lang>`` (or
-  ``xml:lang``), ``meta[http-equiv=content-language]``, ``citation_language``,
-  ``dc.language``, else ``default_language``; ISO 639-1/-2 codes map to jusText's stoplist
-  names. A language jusText has no stoplist for falls back to English: stop-word density
-  then marks most of its paragraphs bad and the page is rejected as ``no_text`` rather
-  than read with the wrong notion of "prose".
-- **Headings make the section path.** jusText's heading paragraphs are not emitted; they
-  set the section path of the good paragraphs that follow. The ``<h1>`` that repeats the
-  article title is the title level: it resets the path, and whatever comes before it
-  (browser warnings, site banners) is page furniture and skipped. ``<h2>``..``<h6>`` nest
-  by their relative level (a stack: a heading pops every open heading of the same or a
-  deeper level), so a page that jumps from h2 to h4 still nests correctly. Any other
-  ``<h1>`` acts as a top-level section. Paragraphs under a section titled "Abstract" get
-  kind "abstract".
-- **Back matter is dropped as in JATS.** Sections titled like back matter (References,
-  Acknowledgements, Competing interests, Author information, ...) are skipped with their
-  sub-sections, and a References heading ends the article: what follows on a publisher
-  page is peer review, comments and site furniture.
-- **Floats and page chrome never reach jusText.** ``figure``/``figcaption``/``table``,
-  ``nav``/``aside``/``footer``, ARIA navigation/banner/search/dialog landmarks, cookie and
-  consent banners, and containers whose class or id names a figure, table, caption or
-  reference list are removed first (jusText rates a long caption as good
-  prose); captions that survive ("Table 1. ...") are recognised by their label. Inline
-  MathML becomes ``[formula]`` and display MathML is dropped, as in the JATS reader.
-- Article-information lines ("Funding: ...", "Competing interests: ...", "Received: ...")
-  and the licence statement are metadata, not text: dropped from the blocks.
+- **Stoplist by language**: from ``<html lang>``, ``content-language``, ``citation_language``,
+  ``dc.language``, else ``default_language`` (ISO 639-1/-2 → jusText's names). A language
+  without a stoplist falls back to English, whose stop-word density then rejects the page
+  as ``no_text`` rather than read it with the wrong notion of prose.
+- **Page furniture never reaches jusText** (:mod:`tasks.common.text.html_chrome`): floats,
+  landmarks, hidden elements, video fallbacks and widgets, by tag, class parts, id and ARIA
+  role; in-text citations set as ``<button>``/``<a>`` keep their text; superscript
+  reference numbers are dropped or bracketed (``citation_numbers``); MathML as in JATS.
+- **Inside the article the page's structure beats stop-word density**: a ``<p>``/``<li>``
+  jusText rated bad or short (number-dense Results, structured-abstract sections) is kept
+  when it lies in the article's container (``article``/``main``, an abstract or body by
+  name; on a page without one, under a section heading after the title), is long enough,
+  not link-dense and not inside metadata (authors, affiliations, notes) or furniture.
+- **Headings make the section path** (they are not emitted); ``<h2>``..``<h6>`` nest by
+  relative level. A heading repeating the title (any level) resets the path; what precedes
+  the title is furniture. Paragraphs under "Abstract" are kind "abstract" while they lie in
+  its container (an element named abstract, the section after the heading, or its
+  ``<section>``): an unheaded introduction after it is a "paragraph" with no section.
+- **Back matter is dropped as in JATS**: back-matter sections with their sub-sections, and
+  all from a References heading on; so are article-information lines ("Funding: ..."),
+  licence and copyright lines, figure labels and widget lines ("Download figure").
 
-Consecutive good list items of one ``<ul>``/``<ol>`` become one "list" block.
+Good items of one list make one "list" block; a PMC page's PMCID may come from its canonical URL.
 """
 
 from __future__ import annotations
@@ -45,9 +40,12 @@ import justext.core
 import lxml.html
 from lxml import etree
 
-from tasks.common.text.document import ArticleMeta, Block, BlockKind, InputRejected, ParsedArticle
+from tasks.common.text import html_chrome as chrome
+from tasks.common.text.back_matter import is_back_matter_title
+from tasks.common.text.document import ArticleMeta, Block, BlockKind, Dropped, InputRejected, ParsedArticle
 from tasks.common.text.identifiers import normalise_doi, normalise_pmcid
-from tasks.common.text.jats import FORMULA_TOKEN, LIBXML2_LIMITS, is_back_matter_title
+from tasks.common.text.jats import LIBXML2_LIMITS
+from tasks.common.text.jats_citations import CitationNumbers
 from tasks.common.text.licences import normalise_licence, shorten_statement
 
 # ISO 639-1 (and common 639-2) codes -> jusText stoplist names (justext.get_stoplists()).
@@ -71,32 +69,19 @@ _ISO639_2 = {
     "ita": "it", "nld": "nl", "dut": "nl", "rus": "ru", "pol": "pl", "tur": "tr",
 }  # fmt: skip
 _FALLBACK_STOPLIST = "English"
+_norm = chrome.norm
 
-_DROP_TAGS = ("figure", "figcaption", "table", "nav", "aside", "footer", "noscript", "svg", "button")
-_DROP_CLASS_TOKENS = frozenset(
-    {
-        "fig", "figs", "figure", "figures", "figure-wrap", "caption", "table", "tables",
-        "table-wrap", "ref-list", "reflist", "references", "reference-list", "bibliography",
-        "citation-list", "skip-link", "breadcrumbs",
-    }
-)  # fmt: skip
-_DROP_IDS = frozenset({"references", "bibliography"})
-# ARIA landmarks of page furniture; "main" and "article" are what we keep.
-_DROP_ROLES = frozenset(
-    {"navigation", "banner", "contentinfo", "search", "complementary", "dialog", "alertdialog"}
-)
-_CHROME_WORDS = ("cookie", "consent")  # cookie banners: "cookie-warning", "onetrust-consent-sdk", ...
-_REFERENCES_TITLES = frozenset(
-    {"references", "reference", "bibliography", "literature cited", "references and notes", "works cited"}
-)
-
+# Back-matter titles of publisher pages that the JATS list lacks (BMC: "Authors’ information").
 _HEADING_LEVEL = re.compile(r"\bh([1-6])\b")
 _LIST_ITEM = re.compile(r"^(.*/(?:ul|ol)\[\d+\])/li\[\d+\](?:/.*)?$")
-_CAPTION = re.compile(r"^(?:Supplementary\s+)?(?:Fig(?:ure)?|Table|Scheme|Video)\.?\s*S?\d+[A-Za-z]?\s*[.:|]")
 _ARTICLE_INFO = re.compile(
     r"^(?:Citation|(?:Academic\s+)?Editor|Received|Accepted|Published|Copyright|Data\s+Availability"
     r"|Funding|Competing\s+Interests?|Conflicts?\s+of\s+Interest|Abbreviations|Keywords"
     r"|Author\s+Contributions)\s*:",
+    re.IGNORECASE,
+)
+_PMC_URL = re.compile(
+    r"^(?:https?:)?//(?:www\.)?(?:ncbi\.nlm\.nih\.gov/pmc|pmc\.ncbi\.nlm\.nih\.gov)/articles/(PMC\d+)\b",
     re.IGNORECASE,
 )
 _LICENCE_STATEMENT = re.compile(
@@ -112,6 +97,7 @@ def parse_html(
     encoding: str,
     default_language: str = "en",
     justext_params: Mapping[str, Any] | None = None,
+    citation_numbers: CitationNumbers = "drop",
 ) -> ParsedArticle:
     """Metadata and good paragraphs of one article page; ``encoding`` comes from :func:`sniff`.
 
@@ -121,20 +107,26 @@ def parse_html(
     text, doc = _load(data, encoding)
     meta = _meta(doc)
     stoplist = _STOPLISTS.get(meta.language or _language_code(default_language) or "", _FALLBACK_STOPLIST)
+    dropped: list[Dropped] = []
+    page: list[Any] = []  # the DOM jusText read
     try:
         paragraphs = justext.justext(
-            text, justext.get_stoplist(stoplist), preprocessor=_preprocess, **(justext_params or {})
+            text,
+            justext.get_stoplist(stoplist),
+            preprocessor=lambda dom: _preprocess(dom, dropped, citation_numbers, page),
+            **(justext_params or {}),
         )
     except (justext.core.JustextError, etree.LxmlError, ValueError) as err:
         raise InputRejected("malformed_html", str(err) or type(err).__name__) from err
-    blocks = _blocks(paragraphs, meta.title)
+    stopwords = justext.core.define_stoplist(justext.get_stoplist(stoplist))
+    blocks = _blocks(paragraphs, meta.title, chrome.Page(page[0] if page else None, stopwords), dropped)
     if not blocks:
         good = sum(1 for p in paragraphs if p.class_type == "good")
         raise InputRejected(
             "no_text",
             f"no article paragraph kept ({len(paragraphs)} paragraphs, {good} good; stoplist {stoplist})",
         )
-    return ParsedArticle(meta=meta, blocks=blocks)
+    return ParsedArticle(meta=meta, blocks=blocks, dropped=dropped)
 
 
 def read_html_metadata(data: bytes, *, encoding: str) -> ArticleMeta:
@@ -164,69 +156,59 @@ def _load(data: bytes, encoding: str) -> tuple[str, Any]:
 # --- text -----------------------------------------------------------------------------
 
 
-def _preprocess(dom: Any) -> Any:
-    """Remove floats and page chrome, mark formulas, then jusText's own cleaning."""
-    doomed = [el for el in dom.iter(*_DROP_TAGS)]
-    for el in dom.iter():
-        if not isinstance(el.tag, str):
-            continue
-        classes = set((el.get("class") or "").lower().split())
-        ident = (el.get("id") or "").lower()
-        if (
-            classes & _DROP_CLASS_TOKENS
-            or ident in _DROP_IDS
-            or (el.get("role") or "").lower() in _DROP_ROLES
-            or any(word in name for name in (*classes, ident) for word in _CHROME_WORDS)
-        ):
-            doomed.append(el)
-    for el in dom.iter("math"):
-        if (el.get("display") or "").lower() == "block":
-            doomed.append(el)
-        else:
-            tail = el.tail
-            el.clear()
-            el.tag, el.text, el.tail = "span", FORMULA_TOKEN, tail
-    for el in doomed:
-        if el.getparent() is not None:
-            el.drop_tree()
-    return justext.core.preprocessor(dom)
+def _preprocess(dom: Any, dropped: list[Dropped], citation_numbers: CitationNumbers, page: list[Any]) -> Any:
+    """Remove page furniture (:mod:`html_chrome`), then jusText's own cleaning; the cleaned
+    DOM goes to ``page``: the paragraphs' xpaths point into it."""
+    chrome.clean_page(dom, dropped, citation_numbers)
+    cleaned = justext.core.preprocessor(dom)
+    page.append(cleaned)
+    return cleaned
 
 
-def _blocks(paragraphs: list[Any], title: str | None) -> list[Block]:
+def _blocks(
+    paragraphs: list[Any], title: str | None, page: chrome.Page, dropped: list[Dropped]
+) -> list[Block]:
     start = _title_index(paragraphs, title)
-    stack: list[tuple[int, str, bool]] = []  # (level, heading, inside back matter)
+    dropped.extend(Dropped("before_title", _norm(p.text)) for p in paragraphs[: start or 0])
+    sections = chrome.Sections()
     blocks: list[Block] = []
     open_list: str | None = None  # xpath of the <ul>/<ol> whose items the last block holds
     skip_value = False
-    for paragraph in paragraphs[start or 0 :]:
+    paragraphs = paragraphs[start or 0 :]
+    for at, paragraph in enumerate(paragraphs):
         text = _norm(paragraph.text)
         if paragraph.is_heading:
-            level = _level(paragraph)
-            if level == 1 and title and _same_title(text, title):
-                stack.clear()
-                continue
-            if _key(text) in _REFERENCES_TITLES:
-                break  # the reference list closes the article; the rest is back matter and chrome
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            back = is_back_matter_title(text) or bool(stack and stack[-1][2])
-            stack.append((level, text, back))
+            why = _heading(paragraphs, at, text, title, page, sections)
+            if why == "references":  # the reference list closes the article: the rest is chrome
+                dropped.extend(Dropped("after_references", _norm(p.text)) for p in paragraphs[at:])
+                break
+            if why:
+                dropped.append(Dropped(why, text))
             open_list, skip_value = None, False
             continue
-        if paragraph.class_type != "good" or (stack and stack[-1][2]):
-            continue
-        if skip_value:  # the value of a lone "Keywords:" label paragraph
-            skip_value = False
-            continue
-        label = _ARTICLE_INFO.match(text)
-        if label and not text[label.end() :].strip():
+        el = page.element(paragraph)
+        sections.leave(el)
+        if len(text.split()) <= 4 and is_back_matter_title(text):  # "Grant information": it, then its value
+            dropped.append(Dropped("article_info_label", text))
             skip_value = True
             continue
-        text = text.lstrip(":;,. ")  # MDPI: "<h2>Abstract</h2>: Volatile ..."
-        if not _is_article_text(text):
+        titled = start is not None and bool(sections.stack) and not page.has_container
+        rescue = titled or chrome.in_content(el)
+        if paragraph.class_type != "good" and not (rescue and page.article_text(paragraph, text, el)):
+            dropped.append(Dropped(f"justext:{paragraph.class_type}", text))
+            skip_value = skip_value and paragraph.class_type == "bad"
             continue
-        path = tuple(heading for _, heading, _ in stack)
-        kind: BlockKind = "abstract" if any(_key(h) == "abstract" for h in path) else "paragraph"
+        why = _skip_reason(text, sections.back, skip_value)
+        # A lone "Keywords:" label skips the next article paragraph (its value).
+        skip_value = why == "article_info_label" or (skip_value and why in ("back_matter", "justext:bad"))
+        if why:
+            dropped.append(Dropped(why, text))
+            continue
+        text = text.lstrip(":;,. ")  # MDPI: "<h2>Abstract</h2>: Volatile ..."
+        path = sections.path
+        kind: BlockKind = (
+            "abstract" if any(chrome.section_key(h) == "abstract" for h in path) else "paragraph"
+        )
         item = _LIST_ITEM.match(paragraph.xpath)
         list_xpath = item.group(1) if item else None
         if list_xpath and list_xpath == open_list and blocks and blocks[-1].section_path == path:
@@ -236,6 +218,41 @@ def _blocks(paragraphs: list[Any], title: str | None) -> list[Block]:
             blocks.append(Block(kind="list" if list_xpath else kind, section_path=path, text=text))
         open_list = list_xpath
     return blocks
+
+
+def _heading(
+    paragraphs: list[Any], at: int, text: str, title: str | None, page: chrome.Page, sections: chrome.Sections
+) -> str | None:
+    """Open the section of heading ``paragraphs[at]``; why it opens none ("references": the end)."""
+    key = chrome.section_key(text)
+    if title and _same_title(text, title):  # the title (again, at any level) resets the path
+        sections.stack.clear()
+        return None
+    if chrome.furniture_line(text) == "caption":  # "Table 2." over a table (PMC): no section
+        return "caption"
+    if key in chrome.REFERENCES_TITLES:
+        return "references"
+    container = page.abstract_container(paragraphs[at], paragraphs[at + 1 :]) if key == "abstract" else None
+    back = is_back_matter_title(text)
+    sections.open(_level(paragraphs[at]), text, back, container)
+    return None
+
+
+def _skip_reason(text: str, in_back_matter: bool, after_label: bool) -> str | None:
+    """Why a good paragraph is not article text (None: it is)."""
+    if in_back_matter:
+        return "back_matter"
+    if after_label:  # the value of a lone "Keywords:" label paragraph
+        return "article_info_value"
+    label = _ARTICLE_INFO.match(text)
+    if label and not text[label.end() :].strip():
+        return "article_info_label"
+    stripped = text.lstrip(":;,. ")
+    if not stripped:
+        return "empty"
+    if _ARTICLE_INFO.match(stripped):
+        return "article_info"
+    return chrome.furniture_line(stripped) or ("licence" if _LICENCE_STATEMENT.search(stripped) else None)
 
 
 def _title_index(paragraphs: list[Any], title: str | None) -> int | None:
@@ -254,12 +271,6 @@ def _level(paragraph: Any) -> int:
     return int(_HEADING_LEVEL.findall(paragraph.dom_path)[-1])
 
 
-def _is_article_text(text: str) -> bool:
-    if not text or _CAPTION.match(text) or _ARTICLE_INFO.match(text):
-        return False
-    return not _LICENCE_STATEMENT.search(text)
-
-
 def _same_title(heading: str, title: str) -> bool:
     a, b = _alnum(heading), _alnum(title)
     return bool(a and b) and (a == b or (min(len(a), len(b)) >= 20 and (a.startswith(b) or b.startswith(a))))
@@ -267,10 +278,6 @@ def _same_title(heading: str, title: str) -> bool:
 
 def _alnum(text: str) -> str:
     return "".join(ch for ch in text.casefold() if ch.isalnum())
-
-
-def _key(text: str) -> str:
-    return re.sub(r"^(?:\d+(?:\.\d+)*\.?|[IVX]+\.)\s*", "", text).strip(" :.").casefold()
 
 
 # --- metadata -------------------------------------------------------------------------
@@ -294,7 +301,7 @@ def _meta(doc: Any) -> ArticleMeta:
     pmid = first("citation_pmid") or next(
         (i.split("/", 1)[1] for i in identifiers if i.lower().startswith("info:pmid/")), None
     )
-    pmcid = first("citation_pmcid")
+    pmcid = first("citation_pmcid") or _pmc_url_id(doc, first("og:url"))
     title_el = next(iter(doc.iter("title")), None)
     page_title = _norm(title_el.text_content()) if title_el is not None else ""
     url, statement = _licence(doc, metas)
@@ -310,6 +317,13 @@ def _meta(doc: Any) -> ArticleMeta:
         language=_page_language(doc, metas),
         article_type=first("citation_article_type", "dc.type"),
     )
+
+
+def _pmc_url_id(doc: Any, og_url: str | None) -> str | None:
+    """The PMCID in a PMC page's canonical URL or ``og:url``."""
+    urls = [str(href) for href in doc.xpath("//link[@rel='canonical']/@href")] + [og_url or ""]
+    match = next((m for m in (_PMC_URL.match(url.strip()) for url in urls) if m), None)
+    return match.group(1) if match else None
 
 
 def _page_language(doc: Any, metas: dict[str, list[str]]) -> str | None:
@@ -384,7 +398,3 @@ def _enclosing_block(el: Any) -> Any:
     for ancestor in el.iterancestors("p", "li", "div", "section", "small", "footer", "td"):
         return ancestor
     return el
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.split())

@@ -31,14 +31,21 @@ named entities are mapped by hand.
 
 from __future__ import annotations
 
-import re
 from html.entities import name2codepoint
-from typing import Literal
 
 from lxml import etree
 
+from tasks.common.text.back_matter import (
+    BACK_MATTER_SEC_TYPES,
+    ETHICS_TITLES,
+    NOT_ABSTRACT_TEXT,
+    SUMMARY_POINTER,
+    is_back_matter_title,
+    section_key,
+)
 from tasks.common.text.document import ArticleMeta, Block, BlockKind, Dropped, InputRejected, ParsedArticle
 from tasks.common.text.identifiers import normalise_doi, normalise_pmcid
+from tasks.common.text.jats_citations import CitationNumbers, citation_superscripts
 from tasks.common.text.licences import normalise_licence, shorten_statement
 
 FORMULA_TOKEN = "[formula]"
@@ -71,58 +78,11 @@ _SUMMARY_NAMES = {
 }
 _PMC_ID_TYPES = ("pmcid", "pmc", "pmcaid", "pmc-uid")
 
-# Section titles of back matter. Converted files (old BMC, publisher HTML) put these in
-# the body as ordinary sections; they are dropped like <back> is, by both readers.
-_BACK_MATTER_TITLES = frozenset(
-    {
-        "references", "reference", "bibliography", "literature cited", "references and notes",
-        "works cited", "acknowledgments", "acknowledgements", "acknowledgment", "acknowledgement",
-        "funding", "funding information", "grant information", "financial support",
-        "author contributions", "authors' contributions", "contributions", "author information",
-        "authors and affiliations", "competing interests", "competing financial interests",
-        "conflict of interest", "conflicts of interest", "conflict of interest statement",
-        "declaration of competing interest", "disclosure", "disclosures", "ethics declarations",
-        "additional information", "supplementary information", "supplementary material",
-        "supplementary materials", "supporting information", "additional files",
-        "electronic supplementary material", "rights and permissions", "about this article",
-        "comments", "decision letter", "author response", "footnotes", "notes", "abbreviations",
-        "list of abbreviations", "glossary", "appendices", "article and author information",
-        "data availability", "data availability statement", "availability of data and materials",
-        "code availability", "reporting summary", "pre-publication history", "open peer review",
-        "publisher's note", "keywords", "institutional review board statement",
-        "informed consent statement", "ethics statement", "ethics approval and consent to participate",
-        "consent for publication", "contributions des auteurs", "remerciements", "financement",
-        "liens d'intérêts", "références", "contribuciones de los autores", "agradecimientos",
-        "financiación", "conflicto de intereses", "referencias",
-    }
-)  # fmt: skip
-# Sub-sections of an abstract or summary that are not its text: link lists ("Where can I
-# get more information?") and registry numbers ("Trial Registration").
-_NOT_ABSTRACT_TEXT = re.compile(r"\b(?:additional|further|more)\s+information\b|\bregistration\b")
-# Ethics sub-sections inside Methods are the study's methods; at the top level they are
-# back matter (declarations).
-_ETHICS_TITLES = frozenset(
-    {"ethics statement", "ethics", "ethical approval", "ethics approval", "ethical considerations",
-     "ethics approval and consent to participate", "informed consent statement",
-     "institutional review board statement"}
-)  # fmt: skip
-# A paragraph of an abstract that only points elsewhere (PLOS: "Please see later in the
-# article for the Editors' Summary").
-_POINTER = re.compile(r"^please see (?:later in )?the article for the \w+'? summary\.?$", re.IGNORECASE)
-BACK_MATTER_SEC_TYPES = frozenset(
-    {"supplementary-material", "coi-statement", "ack", "author-contributions", "funding-information",
-     "data-availability", "display-objects"}
-)  # fmt: skip
-
-
 # Without XML_PARSE_HUGE (lxml's huge_tree, kept off against memory bombs), libxml2's
 # parserInternals.h: XML_MAX_TEXT_LENGTH, XML_MAX_NAME_LENGTH, xmlParserMaxDepth.
 LIBXML2_LIMITS = "10,000,000 bytes per text node, 50,000 per name, 256 levels of nesting"
 # Strict and offline: no DTD, no entity resolution, no network, libxml2's limits on.
 _STRICT = {"load_dtd": False, "resolve_entities": False, "no_network": True, "huge_tree": False}
-
-
-CitationNumbers = Literal["drop", "bracket"]
 
 
 def parse_jats(data: bytes, *, citation_numbers: CitationNumbers = "drop") -> ParsedArticle:
@@ -140,7 +100,7 @@ def parse_jats(data: bytes, *, citation_numbers: CitationNumbers = "drop") -> Pa
             raise InputRejected("too_large", f"{err.msg} (libxml2's limits: {LIBXML2_LIMITS})") from err
         raise InputRejected("malformed_xml", str(err)) from err
     article = _article(root)
-    _citation_superscripts(article, citation_numbers)
+    citation_superscripts(article, citation_numbers)
     front = _child(article, "front")
     meta_el = _child(front, "article-meta") if front is not None else None
     if meta_el is None:
@@ -214,17 +174,17 @@ def _dispatch(el: etree._Element, path: tuple[str, ...], kind: BlockKind, out: _
         title = _title(el)
         sec_type = (el.get("sec-type") or "").lower()
         back_matter = sec_type in BACK_MATTER_SEC_TYPES or (title and is_back_matter_title(title[0]))
-        key = _key(title[0]) if title else ""
+        key = section_key(title[0]) if title else ""
         if kind == "abstract":  # an abstract's sub-sections count ("Funding"), except:
-            back_matter = bool(_NOT_ABSTRACT_TEXT.search(key))
-        elif path and key in _ETHICS_TITLES:
+            back_matter = bool(NOT_ABSTRACT_TEXT.search(key))
+        elif path and key in ETHICS_TITLES:
             back_matter = False
         if back_matter:
             out.drop("back_matter_section", el)
             return
         _walk(el, path + title, kind, out)
     elif name == "p":
-        if kind == "abstract" and _POINTER.match(_norm(_inline(el))):
+        if kind == "abstract" and SUMMARY_POINTER.match(_norm(_inline(el))):
             out.drop("summary_pointer", el)
             return
         _paragraph(el, path, kind, out)
@@ -343,49 +303,6 @@ def _add(out: _Sink, kind: BlockKind, path: tuple[str, ...], text: str) -> None:
         out.append(Block(kind=kind, section_path=path, text=text))
 
 
-def _citation_superscripts(article: etree._Element, mode: CitationNumbers) -> None:
-    """Drop (or bracket) reference numbers glued to words: a ``<sup>`` holding only citation
-    links and numbers, or a bare numeric ``<xref ref-type="bibr">`` right after a word."""
-    for el in list(article.iter()):
-        if not isinstance(el.tag, str) or el.getparent() is None:
-            continue
-        name = _local(el)
-        text = "".join(str(t) for t in el.itertext()).strip()
-        if not text or not _CITATION_NUMBERS.match(text):
-            continue
-        links = [c for c in el if isinstance(c.tag, str)]
-        if name == "sup" and links and all(_local(c) == "xref" for c in links):
-            _replace(el, "" if mode == "drop" else f" [{text}]")
-        elif name == "xref" and el.get("ref-type") == "bibr" and _local(el.getparent()) != "sup":
-            before = _text_before(el)
-            if before[-1:].isalnum() or before[-1:] in (".", ",", ")"):
-                _replace(el, "" if mode == "drop" else f" [{text}]")
-
-
-_CITATION_NUMBERS = re.compile(r"^\d+(?:\s*[,–—-]\s*\d+)*$")
-
-
-def _text_before(el: etree._Element) -> str:
-    previous = el.getprevious()
-    if previous is not None:
-        return previous.tail or ""
-    parent = el.getparent()
-    return (parent.text or "") if parent is not None else ""
-
-
-def _replace(el: etree._Element, text: str) -> None:
-    """Remove ``el``, keeping its tail, with ``text`` in its place."""
-    parent = el.getparent()
-    assert parent is not None
-    previous = el.getprevious()
-    tail = text + (el.tail or "")
-    if previous is not None:
-        previous.tail = (previous.tail or "") + tail
-    else:
-        parent.text = (parent.text or "") + tail
-    parent.remove(el)
-
-
 # --- metadata --------------------------------------------------------------------------
 
 
@@ -442,19 +359,6 @@ def _journal(journal_meta: etree._Element | None) -> str | None:
         return None
     return _text_at(journal_meta, "journal-title-group", "journal-title") or _text_at(
         journal_meta, "journal-title"
-    )
-
-
-def is_back_matter_title(title: str) -> bool:
-    """True for "References", "5. Acknowledgements:", "Appendix A", ... (any case)."""
-    key = _key(title)
-    return key in _BACK_MATTER_TITLES or re.match(r"appendi(?:x|ces)\b", key) is not None
-
-
-def _key(title: str) -> str:
-    """A section title without its number, case-folded: "5. Acknowledgements:" → "acknowledgements"."""
-    return (
-        re.sub(r"^(?:\d+(?:\.\d+)*\.?|[IVX]+\.)\s*", "", title.replace("\u2019", "'")).strip(" :.").casefold()
     )
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from tasks.common.text.document import ArticleMeta, ParsedArticle
 from tasks.common.text.html import parse_html, read_html_metadata
-from tasks.common.text.jats import CitationNumbers, parse_jats
+from tasks.common.text.jats import parse_jats
+from tasks.common.text.jats_citations import CitationNumbers
 from tasks.common.text.sniff import Sniffed
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from rapidfuzz.distance import Indel
 
-from tasks.common.text.document import Dropped
+from tasks.common.text.document import ArticleMeta, Dropped, InputRejected, ParsedArticle
 from tasks.common.text.gopher import all_failures, check_many
 from tasks.common.text.gopher_base import RuleFailure
 from tasks.common.text.reading import parse_article
@@ -93,13 +93,16 @@ class Stages:
 def score(doc: GoldDoc, stages: Stages) -> DocScore:
     """Run the three stages on ``doc`` in memory and score what they kept against its labels."""
     data = doc.data()
-    parsed = parse_article(
-        data,
-        sniff(doc.file, data),
-        default_language=stages.parse.html_default_language,
-        justext_params=stages.parse.justext.model_dump(),
-        citation_numbers=stages.parse.citation_numbers,
-    )
+    try:
+        parsed = parse_article(
+            data,
+            sniff(doc.file, data),
+            default_language=stages.parse.html_default_language,
+            justext_params=stages.parse.justext.model_dump(),
+            citation_numbers=stages.parse.citation_numbers,
+        )
+    except InputRejected as err:  # the stage excludes the whole article: every block is lost
+        parsed = ParsedArticle(ArticleMeta(), [], [Dropped(f"article excluded: {err.reason}", "")])
     rows = blocks_to_rows("doc", parsed, stages.parse.fix_text)
     article = BLOCK_SEPARATOR.join(r["text"] for r in rows)
     pieces = segment_article([r for r in rows if r["kind"] in stages.segment.kinds], stages.segment)
@@ -211,6 +214,9 @@ def _recall(
 def _parse_reason(text: str, dropped: list[Dropped]) -> str:
     """The reason of the dropped text that holds most of ``text``'s words."""
     want = Counter(words(text))
+    excluded = next((d.reason for d in dropped if d.reason.startswith("article excluded")), None)
+    if excluded:
+        return excluded
     best, reason = 0, "not read"
     for piece in dropped:
         overlap = sum((want & Counter(words(piece.text))).values())

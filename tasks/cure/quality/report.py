@@ -13,10 +13,15 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from lxml import etree
 from rich.console import Console
 from rich.table import Table
 
+from irforge.errors import IrforgeError
+from tasks.common.text.document import InputRejected
 from tasks.common.text.gopher import RULES
+from tasks.common.text.sniff import sniff
+from tasks.cure.quality.blocks import html_blocks, jats_blocks
 from tasks.cure.quality.gold import load_gold
 from tasks.cure.quality.measure import PROBE_WORDS, DocScore, Stages, score
 
@@ -39,6 +44,24 @@ class Totals:
     paragraph_recall: float
     precision: float
     word_precision: float
+
+
+def block_listing(path: Path) -> list[str]:
+    """The source blocks of one article file, as a labeller reads them (tab-separated lines)."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise IrforgeError(f"{path}: cannot read: {err.strerror}") from None
+    try:
+        sniffed = sniff(path.name, data)
+    except InputRejected as err:
+        raise IrforgeError(f"{path}: not an article file: {err.detail}") from None
+    try:
+        found = jats_blocks(data) if sniffed.format == "jats" else html_blocks(data, sniffed.encoding)
+    except (etree.LxmlError, ValueError) as err:
+        raise IrforgeError(f"{path}: not readable as {sniffed.format}: {err}") from None
+    head = f"# {path.name}: {len(found)} blocks (index, words, where, text)"
+    return [head, *(f"{b.index}\t{len(b.text.split())}\t{b.where}\t{b.text}" for b in found)]
 
 
 def score_all(gold: Path, stages: Stages, only: str | None = None) -> list[DocScore]:
