@@ -67,6 +67,5 @@ _BACK_MATTER_PATTERN = re.compile(r"^appendi(?:x|ces)\b|\bamendments from versio
 
 def section_key(title: str) -> str:
     """A section title without its number, case-folded: "5. Acknowledgements:" → "acknowledgements"."""
-    return (
-        re.sub(r"^(?:\d+(?:\.\d+)*\.?|[IVX]+\.)\s*", "", title.replace("\u2019", "'")).strip(" :.").casefold()
-    )
+    plain = " ".join(title.replace("\u2019", "'").split())
+    return re.sub(r"^(?:\d+(?:\.\d+)*\.?|[IVX]+\.)\s*", "", plain).strip(" :.").casefold()

@@ -41,7 +41,7 @@ import lxml.html
 from lxml import etree
 
 from tasks.common.text import html_chrome as chrome
-from tasks.common.text.back_matter import is_back_matter_title
+from tasks.common.text.back_matter import is_back_matter_title, section_key
 from tasks.common.text.document import ArticleMeta, Block, BlockKind, Dropped, InputRejected, ParsedArticle
 from tasks.common.text.identifiers import normalise_doi, normalise_pmcid
 from tasks.common.text.jats import LIBXML2_LIMITS
@@ -206,9 +206,7 @@ def _blocks(
             continue
         text = text.lstrip(":;,. ")  # MDPI: "<h2>Abstract</h2>: Volatile ..."
         path = sections.path
-        kind: BlockKind = (
-            "abstract" if any(chrome.section_key(h) == "abstract" for h in path) else "paragraph"
-        )
+        kind: BlockKind = "abstract" if any(section_key(h) == "abstract" for h in path) else "paragraph"
         item = _LIST_ITEM.match(paragraph.xpath)
         list_xpath = item.group(1) if item else None
         if list_xpath and list_xpath == open_list and blocks and blocks[-1].section_path == path:
@@ -224,7 +222,7 @@ def _heading(
     paragraphs: list[Any], at: int, text: str, title: str | None, page: chrome.Page, sections: chrome.Sections
 ) -> str | None:
     """Open the section of heading ``paragraphs[at]``; why it opens none ("references": the end)."""
-    key = chrome.section_key(text)
+    key = section_key(text)
     if title and _same_title(text, title):  # the title (again, at any level) resets the path
         sections.stack.clear()
         return None

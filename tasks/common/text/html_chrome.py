@@ -33,6 +33,7 @@ from typing import Any
 
 from lxml import etree
 
+from tasks.common.text.back_matter import section_key
 from tasks.common.text.document import Dropped
 from tasks.common.text.jats import FORMULA_TOKEN
 from tasks.common.text.jats_citations import CitationNumbers
@@ -352,11 +353,6 @@ def _name_reason(el: Any) -> str | None:
 def _references_heading(el: Any) -> Any:
     headings = el.iter("h1", "h2", "h3", "h4", "h5", "h6")
     return next((h for h in headings if section_key(h.text_content()) in REFERENCES_TITLES), None)
-
-
-def section_key(text: str) -> str:
-    """A section title without its number, case-folded: "5. References:" → "references"."""
-    return re.sub(r"^(?:\d+(?:\.\d+)*\.?|[IVX]+\.)\s*", "", norm(text)).strip(" :.").casefold()
 
 
 def _math(el: Any, doomed: list[tuple[Any, str]]) -> None:

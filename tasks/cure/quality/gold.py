@@ -38,12 +38,13 @@ class GoldDoc:
     publisher: str
     folder: Path
 
+    @cached_property
     def data(self) -> bytes:
         return gzip.decompress((self.folder / "docs" / f"{self.file}.gz").read_bytes())
 
     @cached_property
     def blocks(self) -> list[SourceBlock]:
-        data = self.data()
+        data = self.data
         if self.fmt == "jats":
             return jats_blocks(data)
         return html_blocks(data, sniff(self.file, data).encoding)

@@ -19,6 +19,7 @@ import unicodedata
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from rapidfuzz.distance import Indel
@@ -26,11 +27,9 @@ from rapidfuzz.distance import Indel
 from tasks.common.text.document import ArticleMeta, Dropped, InputRejected, ParsedArticle
 from tasks.common.text.gopher import all_failures, check_many
 from tasks.common.text.gopher_base import RuleFailure
-from tasks.common.text.reading import parse_article
-from tasks.common.text.sniff import sniff
 from tasks.cure.quality.gold import GoldDoc
 from tasks.cure.stages.filter import FilterConfig
-from tasks.cure.stages.parse import BLOCK_SEPARATOR, ParseConfig, blocks_to_rows
+from tasks.cure.stages.parse import BLOCK_SEPARATOR, ParseConfig, blocks_to_rows, read_article
 from tasks.cure.stages.segment import SegmentConfig, segment_article
 
 _WORD = re.compile(r"\w+")
@@ -92,15 +91,8 @@ class Stages:
 
 def score(doc: GoldDoc, stages: Stages) -> DocScore:
     """Run the three stages on ``doc`` in memory and score what they kept against its labels."""
-    data = doc.data()
     try:
-        parsed = parse_article(
-            data,
-            sniff(doc.file, data),
-            default_language=stages.parse.html_default_language,
-            justext_params=stages.parse.justext.model_dump(),
-            citation_numbers=stages.parse.citation_numbers,
-        )
+        parsed = read_article(doc.data, doc.file, stages.parse)
     except InputRejected as err:  # the stage excludes the whole article: every block is lost
         parsed = ParsedArticle(ArticleMeta(), [], [Dropped(f"article excluded: {err.reason}", "")])
     rows = blocks_to_rows("doc", parsed, stages.parse.fix_text)
@@ -211,6 +203,12 @@ def _recall(
             result.lost.append(LostBlock(block, len(statuses), len(statuses) - kept, stage, rule, text))
 
 
+@lru_cache(maxsize=4)
+def _word_counts(dropped: tuple[Dropped, ...]) -> list[Counter[str]]:
+    """Words of each dropped text, counted once per document (not once per lost block)."""
+    return [Counter(words(d.text)) for d in dropped]
+
+
 def _parse_reason(text: str, dropped: list[Dropped]) -> str:
     """The reason of the dropped text that holds most of ``text``'s words."""
     want = Counter(words(text))
@@ -218,8 +216,8 @@ def _parse_reason(text: str, dropped: list[Dropped]) -> str:
     if excluded:
         return excluded
     best, reason = 0, "not read"
-    for piece in dropped:
-        overlap = sum((want & Counter(words(piece.text))).values())
+    for piece, counts in zip(dropped, _word_counts(tuple(dropped)), strict=True):
+        overlap = sum((want & counts).values())
         if overlap > best:
             best, reason = overlap, piece.reason
     return reason if best >= 0.5 * sum(want.values()) else f"{reason}?" if best else reason

@@ -96,13 +96,17 @@ def _read(row: dict[str, Any], ctx: StageContext[ParseConfig]) -> ParsedArticle:
         raise InputRejected("unreadable", str(err.strerror)) from None
     if digest_bytes(data) != row["digest"]:
         raise InputRejected("changed_since_ingest", "the file changed after ingest: rerun ingest")
-    sniffed = sniff(row["source_path"], data)
+    return read_article(data, row["source_path"], ctx.config)
+
+
+def read_article(data: bytes, name: str, config: ParseConfig) -> ParsedArticle:
+    """One article file's bytes → blocks, as this stage reads them (``irforge quality`` too)."""
     return parse_article(
         data,
-        sniffed,
-        default_language=ctx.config.html_default_language,
-        justext_params=ctx.config.justext.model_dump(),
-        citation_numbers=ctx.config.citation_numbers,
+        sniff(name, data),
+        default_language=config.html_default_language,
+        justext_params=config.justext.model_dump(),
+        citation_numbers=config.citation_numbers,
     )
 
 
