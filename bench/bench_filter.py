@@ -12,7 +12,8 @@ passages can help). In one process it times
 * ours: ``check_many`` over the whole list, once with the default rules and once with
   ``GopherRules.datatrove_compatible()``, each starting with an empty token cache; and our
   default rules on the distinct passages only, with an empty cache (the worst case: every
-  chunk tokenised for the first time).
+  chunk tokenised for the first time); and CURE's filter stage defaults (the
+  scientific-passage profile, docs/decisions/passage-quality.md) on the same passages.
 
 Same thresholds on both sides. It prints passages/s, the speed ratio, how often the
 keep/drop decisions agree, and the disagreements by (our rule, datatrove's reason); the
@@ -40,6 +41,7 @@ from bench import common
 from bench.samples import SAMPLES, sample_passages
 from tasks.common.text.gopher import DATATROVE_REASONS, GopherRules, check_many
 from tasks.common.text.gopher_base import RuleFailure, clear_token_cache
+from tasks.cure.stages.filter import FilterConfig
 
 
 def replicate(base: Sequence[str], n: int) -> list[str]:
@@ -158,12 +160,15 @@ def measure(texts: Sequence[str], base: Sequence[str]) -> dict[str, Any]:
     ours_compat, t_compat = common.timed(lambda: check_many(texts, compat_rules))
     clear_token_cache()
     _, t_cold = common.timed(lambda: check_many(base, default_rules))
+    clear_token_cache()
+    _, t_profile = common.timed(lambda: check_many(texts, FilterConfig()))
 
     speed = {
         "datatrove": len(texts) / t_dt,
         "ours_default": len(texts) / t_default,
         "ours_datatrove_compatible": len(texts) / t_compat,
         "ours_default_cold_distinct": len(base) / t_cold,
+        "ours_cure_scientific_profile": len(texts) / t_profile,
     }
     return {
         "passages": len(texts),
@@ -175,6 +180,7 @@ def measure(texts: Sequence[str], base: Sequence[str]) -> dict[str, Any]:
             "default": speed["ours_default"] / speed["datatrove"],
             "datatrove_compatible": speed["ours_datatrove_compatible"] / speed["datatrove"],
             "default_cold_distinct": speed["ours_default_cold_distinct"] / speed["datatrove"],
+            "cure_scientific_profile": speed["ours_cure_scientific_profile"] / speed["datatrove"],
         },
         "rules": {
             "default": compare(texts, ours_default, theirs, default_rules),
