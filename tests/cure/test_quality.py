@@ -97,7 +97,7 @@ def test_html_blocks_keep_inline_text_and_skip_scripts() -> None:
     blocks = [(b.where.split("/")[-1], b.text) for b in html_blocks(page, "utf-8")]
     assert blocks == [
         ("nav", "Home"),
-        ("p", "Power is Smith 2010 high1."),
+        ("p", "Power is Smith 2010 high."),
         ("div", "Outer"),
         ("p", "inner"),
         ("div", "tail"),

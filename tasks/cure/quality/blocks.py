@@ -5,10 +5,11 @@ element that holds text of its own (text outside its nested block elements), in 
 order. Inline elements (links, emphasis, super/subscripts, inline buttons, MathML) are
 part of their block's text. Scripts, styles and comments are not text.
 
-One exception, applied the same way everywhere: a JATS ``<xref ref-type="bibr">`` whose
-text is only a citation number ("1", "2,3", "4–6") is left out of the block text. Those
+One exception, applied the same way in both formats: a reference number is left out of
+the block text — a JATS ``<xref ref-type="bibr">`` whose text is only a citation number
+("1", "2,3", "4–6"), and an HTML ``<sup>`` holding only links with such numbers. Those
 numbers are not words of science, and the pipeline drops them by default
-(``tasks/common/text/jats.py``), so keeping them would count a correct output as a loss.
+(``parse.citation_numbers``), so keeping them would count a correct output as a loss.
 """
 
 from __future__ import annotations
@@ -68,9 +69,7 @@ def html_blocks(data: bytes, encoding: str) -> list[SourceBlock]:
     doc = lxml.html.document_fromstring(text)
     body = next(iter(doc.iter("body")), doc)
     out: list[SourceBlock] = []
-    _collect(
-        body, out, inline=lambda t: t in _HTML_INLINE, skip=lambda el: _html_tag(el) in _HTML_SKIP, html=True
-    )
+    _collect(body, out, inline=lambda t: t in _HTML_INLINE, skip=_html_skip, html=True)
     return out
 
 
@@ -83,6 +82,16 @@ def jats_blocks(data: bytes) -> list[SourceBlock]:
         root, out, inline=lambda t: t in _JATS_INLINE or t.startswith("mml:"), skip=_jats_skip, html=False
     )
     return out
+
+
+def _html_skip(el: etree._Element) -> bool:
+    name = _html_tag(el)
+    if name in _HTML_SKIP:
+        return True
+    links = [c for c in el if isinstance(c.tag, str)]
+    if name != "sup" or not links or any(_html_tag(c) != "a" for c in links):
+        return False
+    return bool(_CITATION_NUMBER.match("".join(el.itertext())))
 
 
 def _jats_skip(el: etree._Element) -> bool:
