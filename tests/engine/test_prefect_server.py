@@ -57,6 +57,15 @@ def test_deployments_name_flows_that_exist() -> None:
         assert set(deployment["parameters"]) <= _flow_parameters(tree, func)
 
 
+def test_every_registered_flow_has_a_deployment_with_an_existing_config() -> None:
+    """A flow added to flows/registry.py without a deployment in infra/prefect.yaml fails here."""
+    spec = yaml.safe_load(PREFECT_FILE.read_text())
+    deployed = {d["parameters"]["flow"]: d for d in spec["deployments"]}
+    assert set(PIPELINES) - set(deployed) == set()
+    for flow, deployment in deployed.items():
+        assert (REPO / deployment["parameters"]["config"]).is_file(), deployment["name"]
+
+
 def test_every_registered_flow_gets_a_valid_prefect_artifact_key() -> None:
     """Prefect refuses keys with anything but lower-case letters, digits and dashes (``spanish_sr``)."""
     import re
