@@ -21,6 +21,7 @@ from tasks.cure.stages.parse import BLOCK_SEPARATOR, ParseConfig
 from tasks.cure.stages.parse import process as parse_process
 from tasks.cure.stages.segment import SegmentConfig, data_like, prose_like, segment_article
 from tests.conftest import REPO, SAMPLES, needs_samples, run_cure
+from tests.cure.test_segment import _blocks
 
 DEMO = REPO / "data" / "demo"
 
@@ -245,15 +246,6 @@ def test_parse_refuses_a_file_changed_since_ingest(tmp_path: Path) -> None:
     result = parse_process(pa.Table.from_pylist([row]), ctx)
     assert result.kept.num_rows == 0
     assert result.excluded.column("reason").to_pylist() == ["changed_since_ingest"]
-
-
-def _blocks(*specs: tuple[str, tuple[str, ...], str]) -> list[dict[str, Any]]:
-    out, offset = [], 0
-    for i, (kind, path, text) in enumerate(specs):
-        out.append({"kind": kind, "section_path": list(path), "text": text, "char_start": offset,
-                    "char_end": offset + len(text), "block_index": i})  # fmt: skip
-        offset += len(text) + len(BLOCK_SEPARATOR)
-    return out
 
 
 def _words(n: int, word: str = "word") -> str:
