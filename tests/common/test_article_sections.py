@@ -8,6 +8,7 @@ import pytest
 from tasks.common.text.back_matter import is_back_matter_title, section_key
 from tasks.common.text.html import parse_html
 from tasks.common.text.jats import parse_jats
+from tests.conftest import REPO
 
 
 @pytest.mark.parametrize(
@@ -85,3 +86,12 @@ def test_html_lone_back_matter_label_goes_with_its_value() -> None:
     article = parse_html(page.encode(), encoding="utf-8")
     assert [b.text for b in article.blocks] == [filler]
     assert any(d.reason == "article_info_label" and d.text == "Grant information" for d in article.dropped)
+
+
+def test_html_abstract_heading_in_another_language_opens_the_abstract() -> None:
+    page = REPO / "data" / "demo" / "html" / "demo8_dermatologie_atopique_fr.html"
+    article = parse_html(page.read_bytes(), encoding="utf-8")
+    assert [(b.kind, b.section_path[0]) for b in article.blocks][:2] == [
+        ("abstract", "Résumé"),
+        ("paragraph", "Introduction"),
+    ]

@@ -19,7 +19,7 @@ What it leaves out goes to ``ParsedArticle.dropped`` with its reason.
   not link-dense and not inside metadata (authors, affiliations, notes) or furniture.
 - **Headings make the section path** (they are not emitted); ``<h2>``..``<h6>`` nest by
   relative level. A heading repeating the title (any level) resets the path; what precedes
-  the title is furniture. Paragraphs under "Abstract" are kind "abstract" while they lie in
+  the title is furniture. Under "Abstract" ("Résumé", ...) paragraphs are kind "abstract" in
   its container (an element named abstract, the section after the heading, or its
   ``<section>``): an unheaded introduction after it is a "paragraph" with no section.
 - **Back matter is dropped as in JATS**: back-matter sections with their sub-sections, and
@@ -206,7 +206,8 @@ def _blocks(
             continue
         text = text.lstrip(":;,. ")  # MDPI: "<h2>Abstract</h2>: Volatile ..."
         path = sections.path
-        kind: BlockKind = "abstract" if any(section_key(h) == "abstract" for h in path) else "paragraph"
+        abstract = any(section_key(h) in chrome.ABSTRACT_TITLES for h in path)
+        kind: BlockKind = "abstract" if abstract else "paragraph"
         item = _LIST_ITEM.match(paragraph.xpath)
         list_xpath = item.group(1) if item else None
         if list_xpath and list_xpath == open_list and blocks and blocks[-1].section_path == path:
@@ -230,9 +231,9 @@ def _heading(
         return "caption"
     if key in chrome.REFERENCES_TITLES:
         return "references"
-    container = page.abstract_container(paragraphs[at], paragraphs[at + 1 :]) if key == "abstract" else None
-    back = is_back_matter_title(text)
-    sections.open(_level(paragraphs[at]), text, back, container)
+    opens_abstract = key in chrome.ABSTRACT_TITLES
+    container = page.abstract_container(paragraphs[at], paragraphs[at + 1 :]) if opens_abstract else None
+    sections.open(_level(paragraphs[at]), text, is_back_matter_title(text), container)
     return None
 
 

@@ -67,6 +67,10 @@ _GENERIC_PARTS = frozenset(
      "links", "link", "btn", "button", "buttons", "tools", "tab", "tabs", "inner", "outer", "content",
      "holder", "region", "pane", "group", "items", "item", "page", "article", "js", "c", "u", "s"}
 )  # fmt: skip
+# An abstract's heading in the languages of the stoplists the corpora use.
+ABSTRACT_TITLES = frozenset(
+    {"abstract", "résumé", "resume", "resumen", "resumo", "zusammenfassung", "riassunto"}
+)
 REFERENCES_TITLES = frozenset({"references", "reference", "bibliography", "literature cited", "references and notes", "works cited"})  # fmt: skip
 _DROP_ROLES = frozenset(
     {"navigation", "banner", "contentinfo", "search", "complementary", "dialog", "alertdialog", "button", "menu",
