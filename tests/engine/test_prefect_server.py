@@ -62,7 +62,7 @@ def test_every_registered_flow_has_a_deployment_with_an_existing_config() -> Non
     spec = yaml.safe_load(PREFECT_FILE.read_text())
     deployed = {d["parameters"]["flow"]: d for d in spec["deployments"]}
     assert set(PIPELINES) - set(deployed) == set()
-    for flow, deployment in deployed.items():
+    for deployment in deployed.values():
         assert (REPO / deployment["parameters"]["config"]).is_file(), deployment["name"]
 
 
