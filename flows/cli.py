@@ -58,10 +58,10 @@ ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Flow config (YAML). Default: the bundled demo config.")
 ]
 ArtifactsOpt = Annotated[
-    Path,
-    typer.Option("--artifacts", "-a", envvar="IRFORGE_ARTIFACTS", help="Artifact root.", show_default=True),
+    str,  # a folder or an fsspec URL (s3://bucket/prefix): Path would fold its "//"
+    typer.Option("--artifacts", "-a", envvar="IRFORGE_ARTIFACTS", help="Artifact root: folder or s3:// URL."),
 ]
-DEFAULT_ARTIFACTS = Path("data/artifacts")
+DEFAULT_ARTIFACTS = "data/artifacts"
 USER_ERROR = 2
 INTERNAL_ERROR = 1
 
@@ -168,7 +168,7 @@ def run(
     result = irforge_flow(
         flow=flow,
         config=str(config) if config else None,
-        artifacts=str(artifacts),
+        artifacts=artifacts,
         from_stage=from_stage,
         only=only,
         until=until,
@@ -191,11 +191,11 @@ def status(
     """Per stage: fingerprint, fresh / stale (and what changed) / missing, rows, time."""
     pipeline = get_pipeline(flow)
     flow_config, base_dir = pipeline.load(config)
-    statuses = flow_status(pipeline, flow_config, base_dir, ArtifactStore(artifacts.resolve()))
+    statuses = flow_status(pipeline, flow_config, base_dir, ArtifactStore.open(artifacts))
     if as_json:
         payload = {
             "flow": flow,
-            "artifacts": str(artifacts.resolve()),
+            "artifacts": ArtifactStore.open(artifacts).url,
             "stages": [s.to_json() for s in statuses],
         }
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
@@ -255,7 +255,7 @@ def show(
     artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
 ) -> None:
     """Print rows of a stage's artifact (kept rows, or --excluded ones with their reasons)."""
-    artifact = _artifact_for_show(flow, stage, config, ArtifactStore(artifacts.resolve()))
+    artifact = _artifact_for_show(flow, stage, config, ArtifactStore.open(artifacts))
     if excluded and side_table:
         raise IrforgeError("--excluded and --table are exclusive")
     table = artifact.excluded() if excluded else artifact.read(table=side_table)
@@ -301,7 +301,7 @@ def calibrate(
     if scale not in ("probability", "logit"):
         raise IrforgeError(f"--scale must be probability or logit, not {scale!r}")
     on: calibration.Scale = "probability" if scale == "probability" else "logit"
-    pool = _fresh_artifact(flow, "pool", config, ArtifactStore(artifacts.resolve()))
+    pool = _fresh_artifact(flow, "pool", config, ArtifactStore.open(artifacts))
     floor = stored_floor(pool, on)
     if floor is None:
         raise IrforgeError("the pool stage stored no pair: nothing to calibrate")
@@ -352,7 +352,7 @@ def release(
 ) -> None:
     """The release folder of the current config: print it, copy it (--out), or push it (--push)."""
     stage = get_pipeline(flow).release_stage
-    artifact = _fresh_artifact(flow, stage, config, ArtifactStore(artifacts.resolve()))
+    artifact = _fresh_artifact(flow, stage, config, ArtifactStore.open(artifacts))
     folder = artifact.files / "release"
     if not folder.is_dir():
         raise IrforgeError(f"{flow}/{stage} {artifact.fingerprint} wrote no release: it kept no rows")
@@ -377,7 +377,8 @@ def report(
 ) -> None:
     """Write (again) the HTML report of a run and print its path."""
     sections = get_pipeline(flow).report_sections
-    out.print(str(write_report(artifacts.resolve(), flow, run_id, sections=sections)), highlight=False)
+    root = ArtifactStore.open(artifacts).root
+    out.print(str(write_report(root, flow, run_id, sections=sections)), highlight=False)
 
 
 import flows.cli_quality  # noqa: E402,F401  (registers ``irforge quality`` on ``app``)

@@ -31,11 +31,12 @@ from prefect.logging.handlers import APILogHandler
 from prefect.utilities.names import generate_slug
 
 from flows.registry import get_pipeline
+from flows.runners import PrefectChunkRunner, chunk_runner
+from flows.stage_runs import RUNS, ActiveRun, run_stage_of
 from irforge.artifacts import ArtifactStore
-from irforge.config import ExecutionConfig
+from irforge.config import ExecutionConfig, validate_config
 from irforge.engine import StageOutcome
-from irforge.pipeline import Pipeline, Selection, Step, execute_step, select_steps
-from irforge.progress import RichProgress
+from irforge.pipeline import Pipeline, Selection, select_steps
 from irforge.runs import RunRecorder, new_run_id
 from irforge.summary import summary_rows
 from tasks.common.llm.config import close_local_servers
@@ -56,15 +57,19 @@ class RunResult:
     report_path: Path | None
 
 
-def artifact_root(artifacts: str | None) -> Path:
-    """Where a run writes: ``artifacts`` when given (relative: to the working directory);
-    else ``$IRFORGE_ARTIFACTS``, else ``data/artifacts``, a relative one taken from
-    ``$IRFORGE_HOME`` (the worker's checkout), else from this checkout."""
+def artifact_root(artifacts: str | None) -> str:
+    """Where a run writes: ``artifacts`` when given (a folder relative to the working
+    directory, or an fsspec URL such as ``s3://bucket/prefix``); else ``$IRFORGE_ARTIFACTS``,
+    else ``data/artifacts``, a relative folder taken from ``$IRFORGE_HOME`` (the worker's
+    checkout), else from this checkout."""
     if artifacts:
-        return Path(artifacts).expanduser().resolve()
-    path = Path(os.environ.get("IRFORGE_ARTIFACTS") or DEFAULT_ARTIFACTS).expanduser()
+        return artifacts if "://" in artifacts else str(Path(artifacts).expanduser().resolve())
+    text = os.environ.get("IRFORGE_ARTIFACTS") or DEFAULT_ARTIFACTS
+    if "://" in text:
+        return text
+    path = Path(text).expanduser()
     home = Path(os.environ.get("IRFORGE_HOME") or CHECKOUT).expanduser()
-    return (path if path.is_absolute() else home / path).resolve()
+    return str((path if path.is_absolute() else home / path).resolve())
 
 
 class _InRun(logging.Filter):
@@ -100,23 +105,34 @@ def stage_lines_to_prefect() -> Iterator[None]:
         log.setLevel(level)
 
 
-@task(name="stage", cache_policy=NO_CACHE, persist_result=False)
-def stage_task(
-    step: Step, store: ArtifactStore, flow_name: str, execution: ExecutionConfig, recorder: RunRecorder
-) -> StageOutcome:
-    outcome = execute_step(step, store, flow_name, execution, RichProgress())
-    recorder.stage_done(step.name, outcome)
-    return outcome
+stage_task = task(name="stage", cache_policy=NO_CACHE, persist_result=False)(run_stage_of)
+"""Each stage of a run, a task run named ``<flow>.<stage>`` (its chunks are task runs under it)."""
 
 
-def run_pipeline(flow_name: str, config: Path | None, artifacts: Path, selection: Selection) -> RunResult:
-    """Plan, select and run the stages of ``flow_name`` as Prefect tasks; return their outcomes."""
+def run_pipeline(
+    flow_name: str,
+    config: Path | None,
+    artifacts: str | Path,
+    selection: Selection,
+    execution: dict[str, Any] | None = None,
+) -> RunResult:
+    """Plan, select and run the stages of ``flow_name`` as Prefect tasks; return their outcomes.
+
+    ``execution`` overrides keys of the config's ``execution`` (``runner``, ``ray_address``, ...).
+    """
     pipeline = get_pipeline(flow_name)
     flow_config, base_dir = pipeline.load(config)
-    store = ArtifactStore(artifacts.resolve())
+    if execution:
+        merged = {**flow_config.execution.model_dump(), **execution}
+        flow_config = flow_config.model_copy(
+            update={"execution": validate_config(ExecutionConfig, merged, "execution")}
+        )
+    chunks = chunk_runner(flow_config.execution, flow_name)
+    store = ArtifactStore.open(artifacts)
     plans = pipeline.plan(flow_config, base_dir)
     steps = select_steps(pipeline, plans, selection, store)
     recorder = RunRecorder(store, flow_name, new_run_id(), config or pipeline.default_config)
+    RUNS[recorder.run_id] = ActiveRun(store, flow_name, flow_config.execution, recorder, chunks)
     futures: dict[str, PrefectFuture[StageOutcome]] = {}
     outcomes: list[tuple[str, StageOutcome]] = []
     try:
@@ -124,13 +140,7 @@ def run_pipeline(flow_name: str, config: Path | None, artifacts: Path, selection
             for step in steps:
                 waits = [futures[u] for u in step.plan.spec.upstream if u in futures]
                 futures[step.name] = stage_task.with_options(task_run_name=f"{flow_name}.{step.name}").submit(
-                    step,
-                    store,
-                    flow_name,
-                    flow_config.execution,
-                    recorder,
-                    wait_for=waits,
-                    return_state=False,
+                    step, recorder.run_id, wait_for=waits, return_state=False
                 )
             for step in steps:
                 outcomes.append((step.name, futures[step.name].result()))
@@ -140,6 +150,9 @@ def run_pipeline(flow_name: str, config: Path | None, artifacts: Path, selection
         raise
     finally:
         close_local_servers()  # the embedded LLM server lives as long as the run
+        RUNS.pop(recorder.run_id, None)
+        if isinstance(chunks, PrefectChunkRunner):
+            chunks.close()
     recorder.finish("completed")
     report = _report(store, pipeline, recorder.run_id)
     _publish(flow_name, outcomes, recorder, report)
@@ -209,12 +222,18 @@ def irforge_flow(
     only: str | None = None,
     until: str | None = None,
     force: bool = False,
+    runner: str | None = None,
+    ray_address: str | None = None,
 ) -> RunResult:
     """Run ``flow``, any flow of ``flows/registry.py``, or part of it (``from_stage`` / ``only`` /
     ``until`` / ``force``: ``irforge run --help``).
 
     Plain parameters, so a deployment (``infra/prefect.yaml``) can set them as JSON;
-    ``config`` left out: the flow's bundled config; ``artifacts`` left out: see :func:`artifact_root`.
+    ``config`` left out: the flow's bundled config; ``artifacts`` left out: see :func:`artifact_root`;
+    ``runner`` / ``ray_address`` set: they replace the config's ``execution.runner`` / ``ray_address``.
     """
     selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
-    return run_pipeline(flow, Path(config) if config else None, artifact_root(artifacts), selection)
+    overrides = {k: v for k, v in {"runner": runner, "ray_address": ray_address}.items() if v is not None}
+    return run_pipeline(
+        flow, Path(config) if config else None, artifact_root(artifacts), selection, overrides
+    )

@@ -10,6 +10,9 @@ seconds later, so a reader that listed its parts just before the swap can still 
 
 Work in progress lives beside it in ``.work-<fingerprint>/`` (finished chunks of a long
 stage, kept across crashes) and ``.tmp-*`` directories (being assembled).
+
+:meth:`ArtifactStore.open` also takes an object store URL (``s3://bucket/prefix``): then
+:mod:`irforge.object_store` keeps this layout in a local mirror (issue 19).
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ import fcntl
 import functools
 import json
 import os
+import re
 import shutil
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -48,13 +53,24 @@ _OLD_VERSION_GRACE_S = 2.0
 _RENAME_EXCHANGE = 2
 _RENAME_SWAP = 2
 _AT_FDCWD = -100
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+_COLLAPSED_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/[^/]")  # Path("s3://b/p") == Path("s3:/b/p")
+# An artifact mirrored from an object store: (store URL, version prefix "v-<uuid>" or None).
+Origin = tuple[str, str | None]
 
 
 @dataclass(frozen=True)
 class Artifact:
-    """A published, immutable artifact."""
+    """A published, immutable artifact; ``origin`` is set when it mirrors an object store's
+    (:mod:`irforge.object_store`): unpickled on a host without ``path``, it is downloaded there."""
 
     path: Path
+    origin: Origin | None = field(default=None, compare=False, repr=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.origin is None:
+            return (Artifact, (self.path,))
+        return (restore_artifact, (self.path, *self.origin))
 
     @cached_property
     def manifest(self) -> dict[str, Any]:
@@ -127,8 +143,35 @@ class Artifact:
 
 
 class ArtifactStore:
+    """Artifacts under a local (or shared) folder ``root``."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
+
+    @staticmethod
+    def open(root: str | os.PathLike[str], mirror: Path | None = None) -> ArtifactStore:
+        """The store for ``root``: a folder or ``file://`` URL, or an fsspec URL (``s3://bucket/prefix``,
+        ``gs://...``, ``memory://...``) mirrored into ``mirror`` (default: a per-URL cache folder)."""
+        text = os.fspath(root)
+        if _COLLAPSED_URL.match(text):
+            raise ArtifactError(
+                f"artifact root {text!r}: a URL that went through Path lost a '/': pass it as str"
+            )
+        if _URL.match(text) and not text.lower().startswith("file://"):
+            from irforge.object_store import ObjectArtifactStore  # noqa: PLC0415 -- it imports this module
+
+            return ObjectArtifactStore(text, mirror)
+        if _URL.match(text):
+            text = urllib.parse.unquote(urllib.parse.urlsplit(text).path)
+        return ArtifactStore(Path(text).expanduser().resolve())
+
+    @property
+    def url(self) -> str:
+        """Where the artifacts are, for messages."""
+        return str(self.root)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
 
     def stage_dir(self, flow: str, stage: str) -> Path:
         return self.root / flow / stage
@@ -151,8 +194,13 @@ class ArtifactStore:
     def get(self, flow: str, stage: str, fingerprint: str) -> Artifact:
         found = self.find(flow, stage, fingerprint)
         if found is None:
-            raise ArtifactError(f"no artifact {flow}/{stage}/{fingerprint} under {self.root}")
+            raise ArtifactError(f"no artifact {flow}/{stage}/{fingerprint} under {self.url}")
         return found
+
+    def manifest(self, flow: str, stage: str, fingerprint: str) -> dict[str, Any] | None:
+        """The artifact's manifest, without fetching its data (an object store's find downloads it)."""
+        found = self.find(flow, stage, fingerprint)
+        return found.manifest if found is not None else None
 
     def work_dir(self, flow: str, stage: str, fingerprint: str) -> Path:
         return self.stage_dir(flow, stage) / f".work-{fingerprint}"
@@ -210,6 +258,32 @@ class ArtifactStore:
         if not directory.is_dir():
             return []
         return sorted(p.name for p in directory.iterdir() if not p.name.startswith(".") and p.is_dir())
+
+    def write_record(self, relative: str, data: Any) -> Path:
+        """Write a JSON record (a run record, ``latest.json``) at ``root/relative``."""
+        path = self.root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, data)
+        return path
+
+    def read_record(self, relative: str) -> Any:
+        """A record :meth:`write_record` wrote; None when there is none (or it is unreadable)."""
+        try:
+            return json.loads((self.root / relative).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+
+def restore_artifact(path: Path, url: str | None = None, version: str | None = None) -> Artifact:
+    """``path`` as an artifact, downloaded from the object store at ``url`` into this host's
+    mirror when this host has no copy of it (of ``version``, when given; unpickling calls this)."""
+    if url is None:
+        return Artifact(path)
+    if version is None and (path / MANIFEST).is_file():
+        return Artifact(path, (url, version))
+    from irforge.object_store import materialise  # noqa: PLC0415 -- it imports this module
+
+    return materialise(path, url, version)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -311,7 +385,8 @@ def lineage(upstream: dict[str, Artifact]) -> dict[str, Artifact]:
             continue
         found[artifact.stage] = artifact
         flow_dir = artifact.path.parent.parent
+        url = artifact.origin[0] if artifact.origin else None
         for stage, fingerprint in artifact.manifest["material"]["upstream"].items():
             if stage not in found:
-                todo.append(Artifact(flow_dir / stage / fingerprint))
+                todo.append(restore_artifact(flow_dir / stage / fingerprint, url))
     return dict(sorted(found.items()))

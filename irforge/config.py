@@ -9,7 +9,7 @@ that only say how the work is reached or scheduled are declared
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -31,6 +31,19 @@ class ExecutionConfig(StrictModel):
         2000, ge=1, description="Input rows per persisted chunk of a long stage."
     )
     part_rows: Transport[int] = Field(100_000, ge=1, description="Rows per Parquet part file of an artifact.")
+    runner: Transport[Literal["inline", "process", "ray"]] = Field(
+        "process",
+        description="Where chunks run: this process one after another, a local process pool, or Ray.",
+    )
+    workers: Transport[int | None] = Field(
+        None,
+        ge=1,
+        description="Process pool size (default: every core); Ray: chunks in flight (default: its CPUs).",
+    )
+    ray_address: Transport[str | None] = Field(
+        None,
+        description="runner ray: a cluster to join (ray://host:10001 or host:6379); unset: a local Ray on demand.",
+    )
 
 
 M = TypeVar("M", bound=BaseModel)

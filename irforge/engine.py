@@ -36,6 +36,7 @@ from irforge.config import ExecutionConfig
 from irforge.errors import AccountingError, IrforgeError
 from irforge.fingerprint import fingerprint, fingerprint_view
 from irforge.manifest import Totals, build_manifest
+from irforge.parallel import INLINE, ChunkCall, ChunkRunner
 from irforge.progress import NullProgress, Progress
 from irforge.stage import ChunkResult, StageContext, StageSpec, key_set
 
@@ -98,14 +99,15 @@ def run_stage(
     *,
     force: bool = False,
     progress: Progress | None = None,
+    runner: ChunkRunner = INLINE,
 ) -> StageOutcome:
     spec = plan.spec
     material = plan.material
     fp = fingerprint(material)
     started = time.perf_counter()
     with store.lock(flow, spec.name, fp):
-        existing = store.find(flow, spec.name, fp)
-        if existing is not None and not force:
+        existing = None if force else store.find(flow, spec.name, fp)  # (an object store downloads it)
+        if existing is not None:
             log.warning(
                 "REUSED %s/%s %s (computed %s)", flow, spec.name, fp, existing.manifest.get("created_at")
             )
@@ -122,7 +124,7 @@ def run_stage(
             files.mkdir(exist_ok=True)
             context = replace(plan.context, files_dir=files, fingerprint=fp)
             running = StagePlan(spec, context, plan.upstream_fingerprints, plan.inputs)
-            totals = _run_chunks(running, work, chunk_rows, progress or NullProgress())
+            totals = _run_chunks(running, work, chunk_rows, progress or NullProgress(), runner)
         except BaseException:
             _drop_if_unfinished(work)
             raise
@@ -187,33 +189,67 @@ def _drop_if_unfinished(work: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run_chunks(plan: StagePlan, work: Path, chunk_rows: int, progress: Progress) -> Totals:
+def _run_chunks(
+    plan: StagePlan, work: Path, chunk_rows: int, progress: Progress, runner: ChunkRunner
+) -> Totals:
+    """Compute the unfinished chunks on ``runner`` and persist each as it comes back (any order)."""
     spec = plan.spec
     totals = Totals()
     source = spec.source(plan.context, plan.inputs)
-    progress.start(spec.name, source.num_rows())
-    for index, chunk in enumerate(source.batches(chunk_rows)):
-        kept_path, excluded_path, marker_path = _chunk_paths(work, index)
-        if marker_path.exists():
-            totals.add(json.loads(marker_path.read_text(encoding="utf-8")))
-            progress.advance(chunk.num_rows)
-            continue
-        t0 = time.perf_counter()
-        result = spec.process(chunk, plan.context)
-        elapsed = time.perf_counter() - t0
-        kept, excluded = _conform(spec, result)
-        marker = _account(spec, chunk, kept, excluded, index)
-        marker["process_s"] = elapsed
-        marker["cost"] = {k: float(v) for k, v in sorted(result.cost.items())}
-        for name, table in _conform_tables(spec, result).items():
-            write_parquet_atomic(_side_table_path(work, index, name), table)
-        write_parquet_atomic(kept_path, kept)
-        write_parquet_atomic(excluded_path, excluded)
-        write_json_atomic(marker_path, marker)  # the commit point of this chunk
-        totals.add(marker)
-        progress.advance(chunk.num_rows)
+    total_rows = source.num_rows()
+    progress.start(spec.name, total_rows)
+    rows_of: dict[int, int] = {}
+
+    def calls() -> Iterator[ChunkCall]:
+        for index, chunk in enumerate(source.batches(chunk_rows)):
+            marker_path = _chunk_paths(work, index)[2]
+            if marker_path.exists():
+                totals.add(json.loads(marker_path.read_text(encoding="utf-8")))
+                progress.advance(chunk.num_rows)
+                continue
+            rows_of[index] = chunk.num_rows
+            yield ChunkCall(index, f"{spec.name}[{index}]", compute_chunk, (spec, chunk, plan.context, index))
+
+    resources = spec.resources_for(plan.context.config)
+    if not resources.parallel or total_rows <= chunk_rows:
+        runner = INLINE  # one chunk (or chunks that share state): no worker to pay for
+    for index, done in runner.run(calls(), resources):
+        _persist_chunk(work, index, done)
+        totals.add(done.marker)
+        progress.advance(rows_of.pop(index))
     progress.finish()
     return totals
+
+
+@dataclass(frozen=True)
+class ChunkDone:
+    """One chunk's rows, side tables and marker, as computed by a worker."""
+
+    kept: pa.Table
+    excluded: pa.Table
+    tables: dict[str, pa.Table]
+    marker: dict[str, Any]
+
+
+def compute_chunk(spec: StageSpec[Any], chunk: pa.Table, context: StageContext[Any], index: int) -> ChunkDone:
+    """Process one chunk and check its accounting: what a worker runs (it writes nothing)."""
+    t0 = time.perf_counter()
+    result = spec.process(chunk, context)
+    elapsed = time.perf_counter() - t0
+    kept, excluded = _conform(spec, result)
+    marker = _account(spec, chunk, kept, excluded, index)
+    marker["process_s"] = elapsed
+    marker["cost"] = {k: float(v) for k, v in sorted(result.cost.items())}
+    return ChunkDone(kept, excluded, _conform_tables(spec, result), marker)
+
+
+def _persist_chunk(work: Path, index: int, done: ChunkDone) -> None:
+    kept_path, excluded_path, marker_path = _chunk_paths(work, index)
+    for name, table in done.tables.items():
+        write_parquet_atomic(_side_table_path(work, index, name), table)
+    write_parquet_atomic(kept_path, done.kept)
+    write_parquet_atomic(excluded_path, done.excluded)
+    write_json_atomic(marker_path, done.marker)  # the commit point of this chunk
 
 
 def _conform(spec: StageSpec[Any], result: ChunkResult) -> tuple[pa.Table, pa.Table]:

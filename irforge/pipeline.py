@@ -16,6 +16,7 @@ from irforge.artifacts import ArtifactStore
 from irforge.config import ExecutionConfig, StrictModel, load_config
 from irforge.engine import StageOutcome, StagePlan, run_stage
 from irforge.errors import ConfigError, IrforgeError
+from irforge.parallel import INLINE, ChunkRunner
 from irforge.progress import Progress
 from irforge.stage import StageContext, StageSpec
 
@@ -161,9 +162,14 @@ def select_steps(
 
 
 def execute_step(
-    step: Step, store: ArtifactStore, flow: str, execution: ExecutionConfig, progress: Progress | None = None
+    step: Step,
+    store: ArtifactStore,
+    flow: str,
+    execution: ExecutionConfig,
+    progress: Progress | None = None,
+    runner: ChunkRunner = INLINE,
 ) -> StageOutcome:
-    """Run one stage against the upstream artifacts its plan names."""
+    """Run one stage against the upstream artifacts its plan names, its chunks on ``runner``."""
     upstream = {name: store.get(flow, name, fp) for name, fp in step.plan.upstream_fingerprints.items()}
     plan = step.plan.with_upstream(upstream, cache_dir=store.root / "cache")
-    return run_stage(plan, store, flow, execution, force=step.force, progress=progress)
+    return run_stage(plan, store, flow, execution, force=step.force, progress=progress, runner=runner)

@@ -2,18 +2,19 @@
 
 ``<root>/<flow>/runs/<run_id>.json`` is rewritten after every stage, so a crashed run
 still says how far it got; ``<root>/<flow>/latest.json`` maps each stage to the
-fingerprint it last ran with, which ``status`` compares against the current config.
+fingerprint it last ran with, which ``status`` compares against the current config. On an
+object store root both are also uploaded under the URL (``ArtifactStore.write_record`` in
+``irforge/object_store.py``), so ``status`` on another host sees them.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from irforge.artifacts import ArtifactStore, write_json_atomic
+from irforge.artifacts import ArtifactStore
 from irforge.engine import StageOutcome
 
 
@@ -36,8 +37,12 @@ class RunRecorder:
         self._lock = threading.Lock()  # stages of one run may finish on concurrent threads
 
     @property
+    def relative(self) -> str:
+        return f"{self.flow}/runs/{self.run_id}.json"
+
+    @property
     def path(self) -> Path:
-        return self.store.root / self.flow / "runs" / f"{self.run_id}.json"
+        return self.store.root / self.relative
 
     def stage_done(self, stage: str, outcome: StageOutcome) -> None:
         with self._lock:
@@ -46,23 +51,18 @@ class RunRecorder:
                 "state": outcome.state,
                 "wall_s": round(outcome.wall_s, 4),
             }
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.path, self.record)
+            self.store.write_record(self.relative, self.record)
             latest = latest_fingerprints(self.store, self.flow)
             latest[stage] = outcome.artifact.fingerprint
-            write_json_atomic(self.store.root / self.flow / "latest.json", latest)
+            self.store.write_record(f"{self.flow}/latest.json", latest)
 
     def finish(self, status: str) -> None:
         self.record["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
         self.record["status"] = status
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path, self.record)
+        with self._lock:
+            self.store.write_record(self.relative, self.record)
 
 
 def latest_fingerprints(store: ArtifactStore, flow: str) -> dict[str, str]:
-    path = store.root / flow / "latest.json"
-    try:
-        data: dict[str, str] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data
+    data = store.read_record(f"{flow}/latest.json")
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}

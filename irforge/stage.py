@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel
 
 from irforge.artifacts import Artifact
+from irforge.parallel import CPU, Resources
 
 C = TypeVar("C", bound=BaseModel)
 
@@ -139,6 +140,10 @@ class StageSpec(Generic[C]):
     ``finalize`` sees all kept rows at once, for rules no chunk can check alone (e.g. one
     row per article id); it may move rows to the excluded ones, never add or drop any.
 
+    ``resources`` (:class:`irforge.parallel.Resources`) says what a chunk needs from the
+    worker that runs it; chunks of one stage may run in parallel, in any order, in other
+    processes or on other machines, so ``process`` must depend on its chunk and context only.
+
     ``inputs`` describes external inputs (file digests, prompt texts, model ids) for the
     fingerprint; it runs at planning time. ``source`` builds the input rows at run time
     and receives what ``inputs`` returned, so nothing is read twice.
@@ -159,6 +164,12 @@ class StageSpec(Generic[C]):
     finalize: Callable[[pa.Table, StageContext[C]], ChunkResult] | None = None
     inputs: Callable[[StageContext[C]], dict[str, Any]] = field(default=lambda _ctx: {})
     description: str = ""
+    # What one chunk needs where it runs (GPU, memory), or that chunks must stay in one
+    # process; a function of the config where that depends on it (a local model or a server).
+    resources: Resources | Callable[[C], Resources] = CPU
+
+    def resources_for(self, config: C) -> Resources:
+        return self.resources(config) if callable(self.resources) else self.resources
 
     def units_kept(self, kept: pa.Table) -> set[tuple[Any, ...]]:
         return self.kept_keys(kept) if self.kept_keys else key_set(kept, self.key)

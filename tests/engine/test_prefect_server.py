@@ -84,14 +84,17 @@ def test_flow_artifacts_default_to_irforge_artifacts(monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("IRFORGE_ARTIFACTS", raising=False)
     monkeypatch.delenv("IRFORGE_HOME", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert artifact_root(None) == CHECKOUT / "data" / "artifacts"  # not the working directory's
+    assert Path(artifact_root(None)) == CHECKOUT / "data" / "artifacts"  # not the working directory's
     monkeypatch.setenv("IRFORGE_HOME", str(tmp_path / "home"))
-    assert artifact_root(None) == tmp_path / "home" / "data" / "artifacts"
+    assert Path(artifact_root(None)) == tmp_path / "home" / "data" / "artifacts"
     monkeypatch.setenv("IRFORGE_ARTIFACTS", "runs/a")
-    assert artifact_root(None) == tmp_path / "home" / "runs" / "a"
+    assert Path(artifact_root(None)) == tmp_path / "home" / "runs" / "a"
     monkeypatch.setenv("IRFORGE_ARTIFACTS", str(tmp_path / "abs"))
-    assert artifact_root(None) == tmp_path / "abs"
-    assert artifact_root("given") == tmp_path / "given"  # a parameter wins, as `irforge run -a` passes it
+    assert Path(artifact_root(None)) == tmp_path / "abs"
+    # a parameter wins, as `irforge run -a` passes it
+    assert Path(artifact_root("given")) == tmp_path / "given"
+    monkeypatch.setenv("IRFORGE_ARTIFACTS", "s3://bucket/irforge")
+    assert artifact_root(None) == "s3://bucket/irforge"  # a URL is kept whole, never made a folder
 
 
 def test_worker_script_needs_an_environment_and_does_not_build_one(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ left and excludes squares above ``limit``. Each processed chunk appends its firs
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,8 +17,9 @@ from typing import Any
 import pyarrow as pa
 
 from irforge.artifacts import ArtifactStore
-from irforge.config import StrictModel
+from irforge.config import ExecutionConfig, StrictModel
 from irforge.engine import StageOutcome
+from irforge.parallel import INLINE, ChunkRunner
 from irforge.pipeline import FlowConfig, Pipeline, Selection, execute_step, select_steps
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, upstream_source
 
@@ -26,6 +28,7 @@ class NumbersConfig(StrictModel):
     count: int = 100
     sleep_s: float = 0.0
     log_file: str | None = None
+    fail_flag: str | None = None  # while this file exists, the chunk holding the id it names raises
 
 
 class SquareConfig(StrictModel):
@@ -46,14 +49,29 @@ EXCLUDED = exclusion_schema(pa.field("id", pa.int64(), nullable=False))
 
 
 def _log(path: str | None, first_id: int) -> None:
+    """``<first id> <pid> <Ray node id or ->`` per computed chunk."""
     if path:
+        node = "-"
+        if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+            node = sys.modules["ray"].get_runtime_context().get_node_id()
         with Path(path).open("a") as fh:
-            fh.write(f"{first_id}\n")
+            fh.write(f"{first_id} {os.getpid()} {node}\n")
+
+
+def chunks_logged(path: Path) -> list[tuple[int, int, str]]:
+    """What :func:`_log` wrote: (first id, pid, node) per computed chunk."""
+    if not path.exists():
+        return []
+    rows = [line.split() for line in path.read_text().splitlines()]
+    return [(int(first), int(pid), node) for first, pid, node in rows]
 
 
 def _numbers(chunk: pa.Table, ctx: StageContext[NumbersConfig]) -> ChunkResult:
     ids = chunk.column("id").to_pylist()
     time.sleep(ctx.config.sleep_s)
+    flag = Path(ctx.config.fail_flag) if ctx.config.fail_flag else None
+    if flag is not None and flag.exists() and int(flag.read_text()) in ids:
+        raise RuntimeError(f"chunk with id {flag.read_text()} fails")
     _log(ctx.config.log_file, ids[0])
     kept = [{"id": i, "value": i} for i in ids if i % 7]
     excluded = [
@@ -105,20 +123,38 @@ TOY = Pipeline(
 
 
 def run_toy(
-    root: Path, config: ToyConfig, selection: Selection | None = None, chunk_rows: int = 10
+    root: Path,
+    config: ToyConfig,
+    selection: Selection | None = None,
+    chunk_rows: int = 10,
+    runner: ChunkRunner = INLINE,
+    pipeline: Pipeline | None = None,
 ) -> dict[str, StageOutcome]:
-    """Run the toy pipeline without Prefect, the way a flow's tasks would."""
+    """Run the toy pipeline (or a variant of it) the way a flow's tasks would, chunks on ``runner``."""
+    pipeline = pipeline or TOY
     store = ArtifactStore(root)
     config = config.model_copy(
         update={"execution": config.execution.model_copy(update={"chunk_rows": chunk_rows})}
     )
-    plans = TOY.plan(config, root)
-    steps = select_steps(TOY, plans, selection or Selection(), store)
-    return {s.name: execute_step(s, store, "toy", config.execution) for s in steps}
+    plans = pipeline.plan(config, root)
+    steps = select_steps(pipeline, plans, selection or Selection(), store)
+    return {s.name: execute_step(s, store, "toy", config.execution, runner=runner) for s in steps}
 
 
-if __name__ == "__main__":  # used by the kill-and-resume test: python -m tests.engine.toy_pipeline ROOT LOG
-    run_toy(
-        Path(sys.argv[1]),
-        ToyConfig(stages=ToyStages(numbers=NumbersConfig(sleep_s=0.15, log_file=sys.argv[2]))),
-    )
+def _main(root: str, log: str, runner: str = "inline") -> None:
+    """The kill-and-resume tests: ``python -m tests.engine.toy_pipeline ROOT LOG [RUNNER]``."""
+    config = ToyConfig(stages=ToyStages(numbers=NumbersConfig(sleep_s=0.15, log_file=log)))
+    if runner == "inline":
+        run_toy(Path(root), config)
+        return
+    from flows.runners import PrefectChunkRunner
+
+    chunks = PrefectChunkRunner(ExecutionConfig(runner=runner, workers=2), "toy")  # type: ignore[arg-type]
+    try:
+        run_toy(Path(root), config, runner=chunks)
+    finally:
+        chunks.close()
+
+
+if __name__ == "__main__":
+    _main(*sys.argv[1:])

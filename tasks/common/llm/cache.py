@@ -9,6 +9,11 @@ existed (neither the grammar nor the adapter's ``grammar_field`` option enters i
 caches filled then stay valid. Only replies that passed validation are stored; they are
 written as each one arrives, so a crash part-way through a long call loses nothing already
 paid for, and a rerun sends only what is still unanswered. Failures are not stored: a rerun asks again.
+
+Several workers sharing one cache file (a process pool, Ray workers) never send one request twice:
+:func:`cached_chat` claims its misses as a batch before sending (``irforge/sqlite_cache.py``,
+:meth:`~irforge.sqlite_cache.SqliteCache.fill`) and waits for those another worker claimed, using
+its reply as a hit; a request that failed, or whose worker died (its lease lapsed), is claimed again.
 """
 
 from __future__ import annotations
@@ -147,6 +152,56 @@ def _from_cache(request: ChatRequest, stored: StoredReply, value: Any) -> ChatRe
     )
 
 
+class _Sender:
+    """Sends the misses of one :func:`cached_chat` call, in one or more ``model.run`` rounds."""
+
+    def __init__(
+        self,
+        model: ChatModel,
+        cache: ReplyCache,
+        requests: Sequence[ChatRequest],
+        positions: dict[str, list[int]],
+        outcomes: list[ChatOutcome | None],
+        validate: Validator,
+        on_outcome: OnOutcome | None,
+    ) -> None:
+        self.model, self.cache, self.requests, self.positions = model, cache, requests, positions
+        self.outcomes, self.validate, self.on_outcome = outcomes, validate, on_outcome
+        self.key_of: dict[str, str] = {}  # custom_id sent -> key
+        self.ended: dict[str, ChatOutcome] = {}  # key -> outcome of the request sent for it
+
+    def send(self, keys: list[str]) -> None:
+        to_send = [self.requests[self.positions[key][0]] for key in keys]
+        self.key_of.update((r.custom_id, key) for r, key in zip(to_send, keys, strict=True))
+        returned = self.model.run(to_send, self.validate, self.record)
+        if [o.custom_id for o in returned] != [r.custom_id for r in to_send]:
+            raise ChatModelError(
+                f"{self.model.engine} returned {len(returned)} outcomes that do not match the {len(to_send)} "
+                "requests sent, in order: the adapter is broken; report it (valid replies already seen are cached)"
+            )
+        for outcome in returned:
+            if self.key_of[outcome.custom_id] not in self.ended:  # an adapter that skipped on_outcome
+                self.record(outcome)
+
+    def record(self, outcome: ChatOutcome) -> None:
+        key = self.key_of.get(outcome.custom_id)
+        if key is None or key in self.ended:
+            raise ChatModelError(
+                f"{self.model.engine} answered {outcome.custom_id!r}, which was not asked or was answered "
+                "already: the adapter is broken; report it"
+            )
+        if isinstance(outcome, ChatReply):
+            self.cache.put_many([(key, _stored(outcome))])
+        self.ended[key] = outcome
+        for i in self.positions[key]:
+            self.hand_out(i, dataclasses.replace(outcome, custom_id=self.requests[i].custom_id))
+
+    def hand_out(self, i: int, outcome: ChatOutcome) -> None:
+        self.outcomes[i] = outcome
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+
+
 def cached_chat(
     model: ChatModel,
     cache: ReplyCache,
@@ -158,10 +213,12 @@ def cached_chat(
 
     Cached replies are validated again (a stored text the validator now refuses is asked
     again) and come back with ``cached=True``, ``attempts=0`` and the token counts they
-    were bought with. Misses are deduplicated by key (first occurrence order) and sent in
-    one ``model.run``; each valid reply is committed to the cache as it arrives, then
-    handed out under every ``custom_id`` that asked it. ``on_outcome`` sees every outcome:
-    the hits first, then the rest as they end. Outcomes align with ``requests``.
+    were bought with. Misses are deduplicated by key (first occurrence order), claimed
+    (:meth:`~irforge.sqlite_cache.SqliteCache.fill`) and sent in one ``model.run``; each
+    valid reply is committed to the cache as it arrives, then handed out under every
+    ``custom_id`` that asked it. Misses another worker has claimed are waited for and count
+    as hits. ``on_outcome`` sees every outcome: the hits first, then the rest as they end.
+    Outcomes align with ``requests``.
     """
     ids = [r.custom_id for r in requests]
     if len(set(ids)) != len(ids):
@@ -177,49 +234,31 @@ def cached_chat(
 
     outcomes: list[ChatOutcome | None] = [None] * len(requests)
     positions: dict[str, list[int]] = {}  # key of a miss -> positions asking it, first occurrence order
+    sender = _Sender(model, cache, requests, positions, outcomes, validate, on_outcome)
     for i, (key, request) in enumerate(zip(keys, requests, strict=True)):
         if key in values:
-            hit = outcomes[i] = _from_cache(request, stored[key], values[key])
-            if on_outcome is not None:
-                on_outcome(hit)
+            sender.hand_out(i, _from_cache(request, stored[key], values[key]))
         else:
             positions.setdefault(key, []).append(i)
-    hits = len(requests) - sum(len(p) for p in positions.values())
 
-    to_send = [requests[p[0]] for p in positions.values()]
-    key_of = {requests[p[0]].custom_id: key for key, p in positions.items()}
-    ended: dict[str, ChatOutcome] = {}
-
-    def record(outcome: ChatOutcome) -> None:
-        key = key_of.get(outcome.custom_id)
-        if key is None or key in ended:
-            raise ChatModelError(
-                f"{engine} answered {outcome.custom_id!r}, which was not asked or was answered already: "
-                "the adapter is broken; report it"
-            )
-        if isinstance(outcome, ChatReply):
-            cache.put_many([(key, _stored(outcome))])
-        ended[key] = outcome
+    refused = [key for key in positions if key in stored]  # the cache keeps them: never waited for
+    waited = cache.fill([key for key in positions if key not in stored], sender.send, unclaimed=refused)
+    late: list[str] = []  # stored by another worker, refused by this validator
+    for key, reply in waited.items():
+        try:
+            value = validate(reply.text)
+        except ReplyInvalid:
+            late.append(key)
+            continue
         for i in positions[key]:
-            copy = outcomes[i] = dataclasses.replace(outcome, custom_id=requests[i].custom_id)
-            if on_outcome is not None:
-                on_outcome(copy)
+            sender.hand_out(i, _from_cache(requests[i], reply, value))
+    if late:
+        sender.send(late)
 
-    if to_send:
-        returned = model.run(to_send, validate, record)
-        if [o.custom_id for o in returned] != [r.custom_id for r in to_send]:
-            raise ChatModelError(
-                f"{engine} returned {len(returned)} outcomes that do not match the {len(to_send)} requests "
-                "sent, in order: the adapter is broken; report it (valid replies already seen are cached)"
-            )
-        for outcome in returned:
-            if key_of[outcome.custom_id] not in ended:  # an adapter that skipped on_outcome
-                record(outcome)
-
-    sent_outcomes = list(ended.values())
+    sent_outcomes = list(sender.ended.values())
     stats = ChatStats(
-        hits=hits,
-        sent=len(to_send),
+        hits=len(requests) - sum(len(positions[key]) for key in sender.ended),
+        sent=len(sent_outcomes),
         replies=sum(isinstance(o, ChatReply) for o in sent_outcomes),
         failures=dict(Counter(o.reason for o in sent_outcomes if isinstance(o, ChatFailure))),
         prompt_tokens=sum(o.prompt_tokens for o in sent_outcomes),

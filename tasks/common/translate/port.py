@@ -12,6 +12,11 @@ a crash part-way through a long list only repeats the chunk that was in flight. 
 engine refuses as too large (:class:`RequestTooLarge`, DeepL's HTTP 413) is halved until it
 passes; a text too large on its own becomes a :class:`Refused` outcome (never cached) that
 the stage records as an excluded row.
+
+Workers sharing one cache file (a process pool, Ray workers) translate a text once between them:
+:func:`cached_translate_each` claims its misses as a batch before sending and waits for those
+another worker claimed, counting them as hits (``irforge/sqlite_cache.py``, ``SqliteCache.fill``);
+a failed chunk's claims are released, and a dead worker's lapse with their lease.
 """
 
 from __future__ import annotations
@@ -223,19 +228,19 @@ def cached_translate_each(
     results are committed to the cache before the next chunk is sent. A chunk refused as
     :class:`RequestTooLarge` is halved and each half sent (recursively); a single text
     refused so is a :class:`Refused` (``too_large``) outcome and is not cached. Any other
-    error propagates and the chunks before it stay cached, so a rerun resumes there.
+    error propagates and the chunks before it stay cached, so a rerun resumes there. Misses
+    are claimed first; those another worker claimed are waited for and count as hits.
     """
     check_pair(source, target)
     engine, options = translator.engine, translator.options()
     keys = [cache_key(t, source, target, engine, options) for t in texts]
     known: dict[str, Translation | Refused] = dict(cache.get_many(keys))
-    hits = sum(1 for k in keys if k in known)
 
     pending: dict[str, str] = {}  # key -> text, first occurrence order
     for key, text in zip(keys, texts, strict=True):
         if key not in known:
             pending.setdefault(key, text)
-    todo_keys, todo_texts = list(pending), list(pending.values())
+    sent: list[str] = []  # keys this call sent
     billed = [0]
 
     def send(chunk_keys: list[str], chunk: list[str]) -> None:
@@ -259,16 +264,21 @@ def cached_translate_each(
         known.update(fresh)
         billed[0] += sum(r.billed_characters for r in results)
 
-    for batch in plan_batches([json_size(t) for t in todo_texts], max_batch_texts, max_batch_bytes):
-        send(todo_keys[batch.start : batch.stop], todo_texts[batch.start : batch.stop])
+    def send_claimed(todo_keys: list[str]) -> None:
+        todo_texts = [pending[k] for k in todo_keys]
+        for batch in plan_batches([json_size(t) for t in todo_texts], max_batch_texts, max_batch_bytes):
+            send(todo_keys[batch.start : batch.stop], todo_texts[batch.start : batch.stop])
+            sent.extend(todo_keys[batch.start : batch.stop])
 
-    refused = [t for k, t in pending.items() if isinstance(known[k], Refused)]
+    known.update(cache.fill(list(pending), send_claimed))  # what other workers translated meanwhile
+    done = [k for k in sent if isinstance(known[k], Translation)]
+    hits = sum(1 for k in keys if k not in sent)
     stats = CacheStats(
         hits=hits,
         misses=len(texts) - hits,
-        sent_characters=sum(len(t) for t in todo_texts) - sum(len(t) for t in refused),
+        sent_characters=sum(len(pending[k]) for k in done),
         billed_characters=billed[0],
-        sent_texts=len(todo_texts) - len(refused),
-        refused=len(refused),
+        sent_texts=len(done),
+        refused=len(sent) - len(done),
     )
     return [known[k] for k in keys], stats

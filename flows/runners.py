@@ -1,0 +1,177 @@
+"""Chunks as Prefect tasks on a process pool or a Ray cluster (``execution.runner``).
+
+The engine asks a :class:`irforge.parallel.ChunkRunner` to run one call per unfinished
+chunk; :class:`PrefectChunkRunner` submits each as a ``chunk`` task run
+(``<flow>.<stage>[<index>]`` in the UI) to Prefect's ``ProcessPoolTaskRunner`` (every core
+by default) or to ``prefect-ray``'s ``RayTaskRunner``
+(https://docs.prefect.io/integrations/prefect-ray), with the chunk's Ray resources
+(``num_gpus``, ``memory``) through ``remote_options``. The task runner starts on the first
+stage with more than one chunk and lives as long as the run, so workers stay warm (a
+model loaded by one chunk serves the next). At most twice as many chunks as workers are
+in flight: the driver reads its input lazily, whatever its size. When a chunk fails, no
+new chunk is submitted, the ones in flight finish (and are persisted by the engine), then
+the first error is raised: a rerun resumes with the unfinished chunks only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import PrefectFuture
+from prefect.settings import PREFECT_API_URL
+from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner
+
+from irforge.config import ExecutionConfig
+from irforge.errors import ConfigError
+from irforge.parallel import INLINE, ChunkCall, ChunkRunner, Resources
+
+log = logging.getLogger("irforge")
+
+_IN_FLIGHT_PER_WORKER = 2
+
+
+@task(name="chunk", cache_policy=NO_CACHE, persist_result=False)
+def chunk_task(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """One chunk of a stage, in a worker process or on a Ray node."""
+    return fn(*args)
+
+
+def ray_options(resources: Resources) -> dict[str, Any]:
+    """``ray.remote`` options for a chunk (https://docs.ray.io/en/latest/ray-core/scheduling/resources.html)."""
+    options: dict[str, Any] = {"num_cpus": resources.num_cpus}
+    if resources.num_gpus:
+        options["num_gpus"] = resources.num_gpus
+    if resources.memory_mb:
+        options["memory"] = resources.memory_mb * 1024 * 1024
+    return options
+
+
+class PrefectChunkRunner:
+    """Runs chunk calls as Prefect tasks on the task runner ``execution.runner`` names."""
+
+    def __init__(self, execution: ExecutionConfig, flow_name: str) -> None:
+        self._execution = execution
+        self._flow = flow_name
+        self._runner: TaskRunner[Any] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def workers(self) -> int:
+        if self._execution.workers:
+            return self._execution.workers
+        if self._execution.runner == "ray" and self._runner is not None:
+            import ray  # noqa: PLC0415 -- Ray (and what imports it) only where runner is ray
+
+            return max(1, int(ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call]
+        return os.cpu_count() or 1
+
+    @property
+    def description(self) -> str:
+        where = self._execution.ray_address or "local" if self._execution.runner == "ray" else "local"
+        return f"{self._execution.runner} ({where}, {self.workers} workers)"
+
+    def _started(self) -> TaskRunner[Any]:
+        with self._lock:
+            if self._runner is None:
+                runner = make_task_runner(self._execution)
+                runner.__enter__()
+                self._runner = runner
+                log.info("chunks run on %s", self.description)
+            return self._runner
+
+    def close(self) -> None:
+        with self._lock:
+            if self._runner is not None:
+                runner, self._runner = self._runner, None
+                runner.__exit__(None, None, None)
+
+    def _submit(self, runner: TaskRunner[Any], call: ChunkCall, resources: Resources) -> PrefectFuture[Any]:
+        named = chunk_task.with_options(task_run_name=f"{self._flow}.{call.name}")
+        parameters = {"fn": call.fn, "args": call.args}
+        if self._execution.runner != "ray":
+            future: PrefectFuture[Any] = runner.submit(named, parameters)
+            return future
+        from prefect_ray.context import remote_options  # noqa: PLC0415
+
+        with remote_options(**ray_options(resources)):
+            future = runner.submit(named, parameters)
+            return future
+
+    def run(self, calls: Iterable[ChunkCall], resources: Resources) -> Iterator[tuple[int, Any]]:
+        runner = self._started()
+        finished: queue.Queue[PrefectFuture[Any]] = queue.Queue()
+        in_flight: dict[PrefectFuture[Any], int] = {}
+        pending = iter(calls)
+        limit = _IN_FLIGHT_PER_WORKER * self.workers
+        error: BaseException | None = None
+        exhausted = False
+        while True:
+            while not exhausted and error is None and len(in_flight) < limit:
+                call = next(pending, None)
+                if call is None:
+                    exhausted = True
+                    break
+                future = self._submit(runner, call, resources)
+                in_flight[future] = call.index
+                future.add_done_callback(finished.put)
+            if not in_flight:
+                break
+            future = finished.get()
+            index = in_flight.pop(future)
+            try:
+                result = future.result()
+            except BaseException as exc:  # the others in flight still finish and are kept
+                error = error or exc
+                continue
+            yield index, result
+        if error is not None:
+            raise error
+
+
+def _set_environment(env: dict[str, str]) -> None:
+    """A pool worker's initializer: ``env`` before Prefect reads its settings."""
+    os.environ.update(env)
+
+
+def _worker_environment() -> dict[str, str]:
+    """The API of this process's temporary Prefect server, for its pool workers: without it
+    each worker would start a server of its own (seconds and ~200 MB each)."""
+    if PREFECT_API_URL.value():
+        return {}
+    # Imported here: a pool worker imports this module, and the server module takes seconds.
+    from prefect.server.api.server import SubprocessASGIServer  # noqa: PLC0415
+
+    server = SubprocessASGIServer()
+    return {"PREFECT_API_URL": server.api_url} if server.running else {}
+
+
+def make_task_runner(execution: ExecutionConfig) -> TaskRunner[Any]:
+    """Prefect's task runner for ``execution.runner`` (not started)."""
+    if execution.runner == "process":
+        workers = execution.workers or os.cpu_count() or 1
+        return ProcessPoolTaskRunner(workers, initializer=_set_environment, initargs=(_worker_environment(),))
+    if execution.runner == "ray":
+        from prefect_ray import RayTaskRunner  # noqa: PLC0415
+
+        init: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
+        if execution.ray_address is None:
+            init["include_dashboard"] = False
+            if execution.workers:
+                init["num_cpus"] = execution.workers
+        ray_runner: TaskRunner[Any] = RayTaskRunner(address=execution.ray_address, init_kwargs=init)
+        return ray_runner
+    raise ConfigError(f"execution.runner: no task runner for {execution.runner!r}")
+
+
+def chunk_runner(execution: ExecutionConfig, flow_name: str) -> ChunkRunner | PrefectChunkRunner:
+    """The run's chunk runner: inline, or Prefect tasks on a pool / Ray started on first use."""
+    if execution.runner == "inline":
+        return INLINE
+    return PrefectChunkRunner(execution, flow_name)

@@ -1,0 +1,67 @@
+"""Where the chunks of a stage run: the seam between the engine and a task runner.
+
+The engine (:mod:`irforge.engine`) hands a :class:`ChunkRunner` one call per unfinished
+chunk and persists each result as it comes back, in whatever order; the artifact is
+assembled in chunk order afterwards, so it is the same bytes whichever runner computed
+it. :class:`InlineRunner` runs the calls one after another in this process (planning,
+tests, one-chunk stages). ``flows/runners.py`` submits them as Prefect tasks to a process
+pool or a Ray cluster (https://docs.prefect.io/v3/concepts/task-runners); nothing here
+imports Prefect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one chunk of a stage needs from the node that runs it.
+
+    Ray places a chunk only where these are free (https://docs.ray.io/en/latest/ray-core/scheduling/resources.html):
+    a chunk with ``num_gpus`` goes to a GPU node, one without never waits for a GPU.
+    ``memory_mb`` reserves memory (a model held while the chunk runs). A local process pool
+    only honours ``parallel``.
+    """
+
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    memory_mb: int = 0
+    parallel: bool = True  # False: chunks share state a worker cannot see; run them in the stage's process
+
+
+CPU = Resources()
+
+
+@dataclass(frozen=True)
+class ChunkCall:
+    """One chunk's work: ``fn(*args)`` under ``name`` (``<flow>.<stage>[<index>]``)."""
+
+    index: int
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+class ChunkRunner(Protocol):
+    """Runs chunk calls, possibly in parallel, yielding ``(index, result)`` as each finishes."""
+
+    @property
+    def description(self) -> str: ...
+
+    def run(self, calls: Iterable[ChunkCall], resources: Resources) -> Iterator[tuple[int, Any]]: ...
+
+
+class InlineRunner:
+    """One call after another, in this process."""
+
+    description = "inline"
+
+    def run(self, calls: Iterable[ChunkCall], resources: Resources) -> Iterator[tuple[int, Any]]:
+        for call in calls:
+            yield call.index, call.fn(*call.args)
+
+
+INLINE = InlineRunner()
