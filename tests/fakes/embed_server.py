@@ -24,6 +24,8 @@ fixture stops it.
   unanswered. Fault answers carry ``retry-after-ms: <retry_after_ms>`` (when not None) so
   the client's retries do not sleep for its default backoff.
 - Every request is recorded (method, path, headers, parsed body, status).
+- ``die_after(n)``: once ``n`` embeddings requests have been answered the server stops (its
+  socket and open connections closed); a request arriving meanwhile is dropped unanswered.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any, Literal
 
 import pytest
 
+from tests.fakes.llm_server import DieAfter
 from tests.fakes.loopback import (
     FaultQueue,
     LoopbackServer,
@@ -110,6 +113,7 @@ class FakeEmbeddings(RecordingService[RecordedRequest]):
         self.mutate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._faults = FaultQueue[Fault]()
         self._lock = threading.Lock()
+        self.mortality = DieAfter(self.stop)
         self._listen(_Server, _Handler)
         self.base_url = f"{self.url}/v1"
 
@@ -119,6 +123,10 @@ class FakeEmbeddings(RecordingService[RecordedRequest]):
         """The next ``times`` requests, after ``after`` requests served normally, answer with
         ``fault`` (an HTTP status, or ``"drop"``). Faults queue in the order injected."""
         self._faults.add(fault, times, after)
+
+    def die_after(self, answers: int) -> None:
+        """Stop once ``answers`` more embeddings requests have been answered (a replica that dies mid-run)."""
+        self.mortality.arm(answers)
 
     def embedded(self) -> list[RecordedRequest]:
         """``/v1/embeddings`` requests that were answered 200."""
@@ -195,7 +203,8 @@ class _Handler(QuietHandler):
             fake._record(RecordedRequest(self.command, path, headers, body, status))
 
         fault = fake._faults.take() if path == "/v1/embeddings" else None
-        if fault == "drop":
+        claim = fake.mortality.claim() if path == "/v1/embeddings" else None
+        if fault == "drop" or claim is False:
             record(None)
             self.drop_connection()
             return
@@ -208,7 +217,11 @@ class _Handler(QuietHandler):
 
         reply = answer_of(route)
         record(reply.status)
-        self.send_reply(reply)
+        try:
+            self.send_reply(reply)
+        finally:
+            if claim:
+                fake.mortality.sent()
 
 
 @pytest.fixture

@@ -23,6 +23,8 @@ server. It serves 127.0.0.1 only, on an ephemeral port, from a thread; the fixtu
   which *echoes the presented key*, so tests can prove the adapter never passes it on.
 - Every request is recorded as it arrives (method, path, headers, parsed body), then its
   status and fault once answered.
+- ``die_after(n)``: once ``n`` chat requests have been answered the server stops (its socket
+  and open connections closed); requests in flight then are dropped unanswered (status None).
 """
 
 from __future__ import annotations
@@ -67,6 +69,41 @@ def judge_answer(body: dict[str, Any]) -> dict[str, Any]:
 
 def words(text: str) -> int:
     return len(text.split())
+
+
+class DieAfter:
+    """What ``die_after(n)`` of the fakes does (chat, embeddings, /score): ``n`` more answers go
+    out, then the service stops (socket and open connections closed); a request that would be
+    answered later is dropped unanswered. The stop waits until every counted answer is written,
+    so an answer counted is an answer received."""
+
+    def __init__(self, stop: Callable[[], None]) -> None:
+        self._stop = stop
+        self._left: int | None = None
+        self._unsent = 0
+        self._lock = threading.Lock()
+
+    def arm(self, answers: int) -> None:
+        with self._lock:
+            self._left = answers
+
+    def claim(self) -> bool | None:
+        """None: not armed, answer; True: answer, then call :meth:`sent`; False: drop the request."""
+        with self._lock:
+            if self._left is None:
+                return None
+            if self._left <= 0:
+                return False
+            self._left -= 1
+            self._unsent += 1
+            return True
+
+    def sent(self) -> None:
+        with self._lock:
+            self._unsent -= 1
+            dies = self._left == 0 and self._unsent == 0
+        if dies:
+            threading.Thread(target=self._stop, name="fake-dies", daemon=True).start()
 
 
 @dataclass(frozen=True)
@@ -136,6 +173,7 @@ class FakeChat(RecordingService[RecordedRequest]):
         self._max_in_flight = 0
         self._serial = 0
         self._lock = threading.Lock()
+        self.mortality = DieAfter(self.stop)
         self._listen(_Server, _Handler)
         self.base_url = f"{self.url}/v1"
 
@@ -148,6 +186,14 @@ class FakeChat(RecordingService[RecordedRequest]):
             raise ValueError("times must be at least 1")
         with self._lock:
             self._rules.append(_Rule(fault, times, when, self.slow_s))
+
+    def die_after(self, answers: int) -> None:
+        """Stop once ``answers`` more chat requests have been answered (a replica that dies mid-run)."""
+        self.mortality.arm(answers)
+
+    def answered(self) -> list[RecordedRequest]:
+        """Chat requests answered 200."""
+        return [r for r in self.chats() if r.status == 200]
 
     def chats(self) -> list[RecordedRequest]:
         """Every ``POST /v1/chat/completions`` received, answered or not."""
@@ -320,7 +366,8 @@ class _Handler(QuietHandler):
         except Reply as reply:
             status, payload, extra_headers = reply.status, reply.payload, reply.headers
             fault = reply.fault if isinstance(reply, _Reply) else None
-        if fault == "drop" or (fault == "slow" and fake.stopping.is_set()):
+        claim = fake.mortality.claim() if path == "/v1/chat/completions" else None
+        if claim is False or fault == "drop" or (fault == "slow" and fake.stopping.is_set()):
             fake._ended(index, None, fault)
             self.drop_connection()
             return
@@ -328,6 +375,8 @@ class _Handler(QuietHandler):
         # A client that timed out has closed its end: writing may fail, which is fine.
         with contextlib.suppress(OSError):
             self.send_json(status, payload, extra_headers)
+        if claim:
+            fake.mortality.sent()
 
 
 @pytest.fixture

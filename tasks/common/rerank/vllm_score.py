@@ -22,6 +22,10 @@ fields) and returns sigmoids: pin the server's version (``infra/``).
 - Requests carry at most ``batch_size`` pairs; up to ``max_concurrency`` requests are in flight
   at once (vLLM batches concurrent requests on the GPU itself); ``progress`` is called in the
   caller's thread as each request completes.
+- Several servers (``base_url`` given as a list): each request goes to the one with the fewest
+  in flight; a timeout, lost connection or 5xx takes a server out for ``server_cooldown_s`` and
+  the request goes at once to another (:mod:`tasks.common.endpoints`); an answered request is
+  never sent again.
 - A request that times out, loses its connection or is answered 408, 429 or 5xx is retried up
   to ``max_retries`` times, after ``backoff_s`` doubling per retry (capped at ``max_backoff_s``,
   with jitter), or after the server's ``Retry-After``; what still fails is a
@@ -50,16 +54,16 @@ import os
 import random
 import threading
 import time
-import urllib.parse
+from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import httpx
 import numpy as np
 
+from tasks.common.endpoints import DEFAULT_COOLDOWN_S, EndpointPool, not_http, url_list
 from tasks.common.models.secrets import scrub
 from tasks.common.rerank.port import F64, ProgressFn, RerankerBase, RerankerError, RerankerUnavailable
-from tasks.common.urls import public_url
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +81,7 @@ class VLLMScoreReranker(RerankerBase):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         *,
         api_key_env: str = "VLLM_API_KEY",
@@ -90,12 +94,12 @@ class VLLMScoreReranker(RerankerBase):
         max_backoff_s: float = 30.0,
         revision: str | None = None,
         truncate_prompt_tokens: int | None = None,
+        server_cooldown_s: float = DEFAULT_COOLDOWN_S,
     ) -> None:
-        parts = urllib.parse.urlsplit(base_url.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        urls = url_list(base_url)
+        if (bad := not_http(urls)) is not None:
             raise RerankerError(
-                f"score base_url {public_url(base_url)!r} is not an http(s) URL: give the vLLM server's "
-                "root, e.g. http://gpu-host:8000"
+                f"score base_url {bad!r} is not an http(s) URL: give the vLLM server's root, e.g. http://gpu-host:8000"
             )
         if not model.strip():
             raise RerankerError("no reranker model given: use the model name the vLLM server serves")
@@ -110,6 +114,7 @@ class VLLMScoreReranker(RerankerBase):
             "max_retries": (max_retries, max_retries >= 0),
             "backoff_s": (backoff_s, backoff_s >= 0),
             "max_backoff_s": (max_backoff_s, max_backoff_s >= backoff_s),
+            "server_cooldown_s": (server_cooldown_s, server_cooldown_s > 0),
         }
         for name, (value, ok) in checks.items():
             if not ok:
@@ -117,7 +122,8 @@ class VLLMScoreReranker(RerankerBase):
         if truncate_prompt_tokens is not None and truncate_prompt_tokens < 1:
             raise RerankerError(f"truncate_prompt_tokens must be at least 1, got {truncate_prompt_tokens}")
 
-        self.base_url = public_url(base_url.strip())
+        self._pool = EndpointPool(urls, cooldown_s=server_cooldown_s, service="score server")
+        self.base_url = self._pool.names
         self.fields = (fields[0], fields[1])
         self.batch_size = batch_size
         self.max_concurrency = max_concurrency
@@ -131,12 +137,17 @@ class VLLMScoreReranker(RerankerBase):
         self._api_key_env = api_key_env
         key = os.environ.get(api_key_env, "").strip()
         self._secret = key or None
-        self._client = httpx.Client(
-            base_url=base_url.strip().rstrip("/"),
-            headers={"Authorization": f"Bearer {key}"} if key else None,
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
-        )
+        self._clients = [
+            httpx.Client(
+                base_url=e.url.rstrip("/"),
+                headers={"Authorization": f"Bearer {key}"} if key else None,
+                timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+                limits=httpx.Limits(
+                    max_connections=max_concurrency, max_keepalive_connections=max_concurrency
+                ),
+            )
+            for e in self._pool.endpoints
+        ]
         self._jitter = random.Random()
         self._jitter_lock = threading.Lock()
 
@@ -182,7 +193,8 @@ class VLLMScoreReranker(RerankerBase):
     # -- extras -----------------------------------------------------------------------
 
     def close(self) -> None:
-        self._client.close()
+        for client in self._clients:
+            client.close()
 
     def __enter__(self) -> VLLMScoreReranker:
         return self
@@ -207,36 +219,45 @@ class VLLMScoreReranker(RerankerBase):
         return self._scores(self._post(body), len(queries), offset)
 
     def _post(self, body: dict[str, Any]) -> Any:
-        """POST /score with retries; the parsed JSON of the 200 answer."""
-        endpoint = f"{self.base_url}/score"
-        attempt = 0
+        """POST /score on the pool's choice of server, with retries; the parsed JSON of the 200 answer."""
+        attempt = failovers = 0
         while True:
             retry_after: float | None = None
-            try:
-                response = self._client.post("/score", json=body)
-            except httpx.TimeoutException:
-                failure = f"no answer within {self._timeout_s:g} s"
-            except httpx.TransportError as exc:
-                failure = f"connection failed ({type(exc).__name__})"
-            else:
-                if response.status_code == 200:
-                    try:
-                        return response.json()
-                    except ValueError:
-                        raise RerankerError(
-                            f"{endpoint} answered 200 with a body that is not JSON: is base_url a vLLM server?"
-                        ) from None
-                if response.status_code not in RETRIED_STATUSES:
-                    raise self._refused(response, endpoint)
-                failure = f"HTTP {response.status_code}"
-                retry_after = _retry_after(response)
+            with self._pool.lease() as lease:
+                endpoint = f"{lease.endpoint.public}/score"
+                try:
+                    response = self._clients[lease.endpoint.index].post("/score", json=body)
+                except httpx.TimeoutException:
+                    failure, down = f"no answer within {self._timeout_s:g} s", True
+                except httpx.TransportError as exc:
+                    failure, down = f"connection failed ({type(exc).__name__})", True
+                else:
+                    if response.status_code == 200:
+                        try:
+                            return response.json()
+                        except ValueError:
+                            raise RerankerError(
+                                f"{endpoint} answered 200 with a body that is not JSON: is base_url a vLLM server?"
+                            ) from None
+                    if response.status_code not in RETRIED_STATUSES:
+                        raise self._refused(response, endpoint)
+                    failure, down = f"HTTP {response.status_code}", response.status_code >= 500
+                    retry_after = _retry_after(response)
+                if down:
+                    lease.failed(f"{endpoint}: {failure}")
+            if down and self._pool.free_failover(failovers):
+                failovers += 1
+                logger.info("%s: %s; sent to another server", endpoint, failure)
+                continue
             if attempt >= self._max_retries:
+                where = f"{self.base_url} (/score)" if len(self._pool) > 1 else endpoint
                 raise RerankerUnavailable(
-                    f"{endpoint} still failing after {self._max_retries} retries ({failure}): is the vLLM "
+                    f"{where} still failing after {self._max_retries} retries ({failure}): is the vLLM "
                     "server up and not overloaded? lower max_concurrency or raise timeout_s, then rerun"
                 )
             attempt += 1
             delay = self._delay(attempt, retry_after)
+            delay = self._pool.retry_delay(delay) if down else delay
             logger.warning(
                 "%s: %s; retry %d of %d in %.2f s", endpoint, failure, attempt, self._max_retries, delay
             )
