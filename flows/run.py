@@ -224,16 +224,18 @@ def irforge_flow(
     force: bool = False,
     runner: str | None = None,
     ray_address: str | None = None,
+    chunk_rows: int | None = None,
 ) -> RunResult:
     """Run ``flow``, any flow of ``flows/registry.py``, or part of it (``from_stage`` / ``only`` /
     ``until`` / ``force``: ``irforge run --help``).
 
     Plain parameters, so a deployment (``infra/prefect.yaml``) can set them as JSON;
     ``config`` left out: the flow's bundled config; ``artifacts`` left out: see :func:`artifact_root`;
-    ``runner`` / ``ray_address`` set: they replace the config's ``execution.runner`` / ``ray_address``.
+    ``runner`` / ``ray_address`` / ``chunk_rows`` set: they replace the config's ``execution`` keys.
     """
     selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
-    overrides = {k: v for k, v in {"runner": runner, "ray_address": ray_address}.items() if v is not None}
+    given = {"runner": runner, "ray_address": ray_address, "chunk_rows": chunk_rows}
+    overrides = {k: v for k, v in given.items() if v is not None}
     return run_pipeline(
         flow, Path(config) if config else None, artifact_root(artifacts), selection, overrides
     )

@@ -347,27 +347,29 @@ def _finalize(
 def _write_artifact(
     spec: StageSpec[Any], kept: Iterator[pa.Table], excluded: list[pa.Table], out: Path, part_rows: int
 ) -> None:
+    """Kept rows in parts of ``part_rows``, each written whole, so the files' bytes depend on the
+    rows only, never on how they were chunked (``chunk_rows`` is not fingerprinted)."""
     part = 0
-    writer: pq.ParquetWriter | None = None
-    rows_in_part = 0
+    pending: list[pa.Table] = []
+    pending_rows = 0
+
+    def write(table: pa.Table) -> None:
+        nonlocal part
+        path = out / f"part-{part:05d}.parquet"
+        pq.write_table(table.combine_chunks(), path, compression=PARQUET_COMPRESSION)
+        part += 1
+
     for table in kept:
-        offset = 0
-        while offset < table.num_rows:
-            if writer is None:
-                path = out / f"part-{part:05d}.parquet"
-                writer = pq.ParquetWriter(path, spec.schema, compression=PARQUET_COMPRESSION)
-            take = min(part_rows - rows_in_part, table.num_rows - offset)
-            writer.write_table(table.slice(offset, take))
-            offset += take
-            rows_in_part += take
-            if rows_in_part >= part_rows:
-                writer.close()
-                writer, part, rows_in_part = None, part + 1, 0
-    if writer is not None:
-        writer.close()
-    elif part == 0:  # nothing kept: still one (empty) part, so the schema is always readable
-        pq.write_table(spec.schema.empty_table(), out / "part-00000.parquet", compression=PARQUET_COMPRESSION)
-    table = pa.concat_tables([spec.excluded_schema.empty_table(), *excluded])
+        pending.append(table)
+        pending_rows += table.num_rows
+        while pending_rows >= part_rows:
+            rows = pa.concat_tables(pending)
+            write(rows.slice(0, part_rows))
+            rest = rows.slice(part_rows)
+            pending, pending_rows = [rest], rest.num_rows
+    if pending_rows or part == 0:  # nothing kept: still one (empty) part, so the schema is always readable
+        write(pa.concat_tables([spec.schema.empty_table(), *pending]))
+    table = pa.concat_tables([spec.excluded_schema.empty_table(), *excluded]).combine_chunks()
     pq.write_table(table, out / EXCLUDED, compression=PARQUET_COMPRESSION)
 
 
@@ -375,7 +377,7 @@ def _write_side_tables(spec: StageSpec[Any], work: Path, chunks: int, out: Path)
     rows = {}
     for name, schema in spec.tables.items():
         parts = [pq.read_table(_side_table_path(work, i, name)).cast(schema) for i in range(chunks)]
-        table = pa.concat_tables([schema.empty_table(), *parts])
+        table = pa.concat_tables([schema.empty_table(), *parts]).combine_chunks()
         pq.write_table(table, out / f"{name}.parquet", compression=PARQUET_COMPRESSION)
         rows[name] = table.num_rows
     return rows

@@ -20,12 +20,12 @@ import pytest
 from flows.runners import PrefectChunkRunner
 from irforge.config import ExecutionConfig
 from irforge.parallel import Resources
-from irforge.pipeline import Pipeline
 from tests.engine.toy_pipeline import (
     NUMBERS,
     SQUARE,
     TOY,
     NumbersConfig,
+    SquareConfig,
     ToyConfig,
     ToyStages,
     chunks_logged,
@@ -45,9 +45,12 @@ def artifact_bytes(root: Path) -> dict[str, bytes]:
     }
 
 
-def toy_config(log: Path, fail_flag: Path | None = None) -> ToyConfig:
+def toy_config(log: Path, fail_flag: Path | None = None, square_log: Path | None = None) -> ToyConfig:
     flag = str(fail_flag) if fail_flag else None
-    return ToyConfig(stages=ToyStages(numbers=NumbersConfig(log_file=str(log), fail_flag=flag)))
+    square = SquareConfig(log_file=str(square_log) if square_log else None)
+    return ToyConfig(
+        stages=ToyStages(numbers=NumbersConfig(log_file=str(log), fail_flag=flag), square=square)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,12 @@ def test_process_pool_gives_the_inline_bytes_from_several_processes(
     assert sorted(first for first, _, _ in ran) == list(range(0, 100, 10))  # each chunk once
     assert os.getpid() not in {pid for _, pid, _ in ran}  # in workers, not here
     assert outcomes["numbers"].manifest["chunks"]["total"] == 10
+
+
+def test_the_bytes_do_not_depend_on_the_chunk_size(tmp_path: Path, inline_bytes: dict[str, bytes]) -> None:
+    """``chunk_rows`` is not fingerprinted: 7-row chunks give the bytes of 10-row ones."""
+    run_toy(tmp_path, toy_config(tmp_path / "log"), chunk_rows=7)
+    assert artifact_bytes(tmp_path) == inline_bytes
 
 
 def test_a_failed_chunk_keeps_the_others_and_the_rerun_computes_only_the_rest(
@@ -132,16 +141,12 @@ def test_local_ray_gives_the_inline_bytes(tmp_path: Path, inline_bytes: dict[str
     assert {node for _, _, node in chunks_logged(tmp_path / "log")} != {"-"}  # ran as Ray tasks
 
 
-def _gpu_pipeline() -> Pipeline:
-    """The toy with ``square`` declared a GPU stage (one GPU per chunk)."""
-    square = dataclasses.replace(SQUARE, resources=Resources(num_gpus=1, memory_mb=64))
-    return dataclasses.replace(TOY, stages=(NUMBERS, square))
-
-
 @pytest.mark.slow
 def test_two_node_ray_cluster_equals_inline_and_places_gpu_chunks_on_the_gpu_node(
     tmp_path: Path, inline_bytes: dict[str, bytes]
 ) -> None:
+    """``numbers`` (CPU) spreads over both nodes; ``square``, declared a GPU stage, runs only
+    on the node that has a GPU (Ray's own accounting: no real GPU is needed)."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -149,20 +154,16 @@ def test_two_node_ray_cluster_equals_inline_and_places_gpu_chunks_on_the_gpu_nod
     gpu_node = cluster.add_node(num_cpus=1, num_gpus=1)
     cluster.wait_for_nodes()
     runner = PrefectChunkRunner(ExecutionConfig(runner="ray", ray_address=cluster.address), "toy")
+    square = dataclasses.replace(SQUARE, resources=Resources(num_gpus=1, memory_mb=64))
+    pipeline = dataclasses.replace(TOY, stages=(NUMBERS, square))
+    config = toy_config(tmp_path / "numbers.log", square_log=tmp_path / "square.log")
     try:
-        log = tmp_path / "log"
-        run_toy(tmp_path, toy_config(log), runner=runner, pipeline=_gpu_pipeline())
-        nodes = {node for _, _, node in chunks_logged(log)}
-        assert len(nodes) == 2, "the CPU stage's chunks were spread over both nodes"
-        gpu_log = tmp_path / "gpu.log"
-        square_root = tmp_path / "gpu"
-        # ``square`` logs nothing: rerun ``numbers`` as the GPU stage to see where its chunks land
-        gpu_numbers = dataclasses.replace(NUMBERS, resources=Resources(num_gpus=1))
-        gpu_toy = dataclasses.replace(TOY, stages=(gpu_numbers, SQUARE))
-        run_toy(square_root, toy_config(gpu_log), runner=runner, pipeline=gpu_toy)
-        assert {node for _, _, node in chunks_logged(gpu_log)} == {gpu_node.node_id}
+        run_toy(tmp_path, config, runner=runner, pipeline=pipeline)
     finally:
         runner.close()
         ray.shutdown()
         cluster.shutdown()
+    assert len({node for _, _, node in chunks_logged(tmp_path / "numbers.log")}) == 2
+    square_chunks = chunks_logged(tmp_path / "square.log")
+    assert len(square_chunks) >= 2 and {node for _, _, node in square_chunks} == {gpu_node.node_id}
     assert artifact_bytes(tmp_path) == inline_bytes

@@ -32,7 +32,7 @@ TRANSPORT_NAMES = {
     "base_url", "api_key_env", "timeout_s", "max_attempts", "max_concurrency", "requests_per_second",
     "max_network_retries", "max_request_bytes", "batch_command", "device", "batch_size", "batch_pairs",
     "batch_rows", "batch_queries", "chunk_rows", "part_rows", "price_per_million_input",
-    "price_per_million_output",
+    "price_per_million_output", "base_urls", "server_cooldown_s", "runner", "workers", "ray_address",
 }  # fmt: skip
 # Names that change results: never marked.
 RESULT_NAMES = {

@@ -34,16 +34,21 @@ from tests.conftest import REPO
 BIN = Path(sys.executable).parent
 PREFECT_FILE = REPO / "infra" / "prefect.yaml"
 DEPLOYMENT = "irforge/cure-weekly"  # <flow>/<deployment>: every deployment runs the one flow
+RAY_DEPLOYMENT = "irforge/cure-ray"  # the same flow, its chunks on Ray
 STAGES = ["ingest", "parse", "segment", "filter"]  # `until: filter`: no model, no LLM
 
 
 def test_deployments_name_flows_that_exist() -> None:
-    """Each entrypoint in infra/prefect.yaml is the ``@flow`` of its file that takes the
-    parameters the deployment sets, and its ``flow`` parameter is in flows/registry.py."""
+    """Each entrypoint in infra/prefect.yaml is the ``@flow`` of its module that takes the
+    parameters the deployment sets, and its ``flow`` parameter is in flows/registry.py. The
+    entrypoint is a module path, not a file: a flow loaded from a file lives in a module
+    named after the file (``run``), which a Ray worker cannot import when it unpickles a chunk."""
     spec = yaml.safe_load(PREFECT_FILE.read_text(encoding="utf-8"))
     assert spec["deployments"]
     for deployment in spec["deployments"]:
-        path, func = deployment["entrypoint"].split(":")
+        module, func = deployment["entrypoint"].split(":")
+        assert not module.endswith(".py"), f"{deployment['name']}: give the module (flows.run), not a file"
+        path = module.replace(".", "/") + ".py"
         tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
         flows = {
             node.name: _flow_name(node)
@@ -60,10 +65,12 @@ def test_deployments_name_flows_that_exist() -> None:
 def test_every_registered_flow_has_a_deployment_with_an_existing_config() -> None:
     """A flow added to flows/registry.py without a deployment in infra/prefect.yaml fails here."""
     spec = yaml.safe_load(PREFECT_FILE.read_text())
-    deployed = {d["parameters"]["flow"]: d for d in spec["deployments"]}
-    assert set(PIPELINES) - set(deployed) == set()
-    for deployment in deployed.values():
+    deployed = {d["parameters"]["flow"] for d in spec["deployments"]}
+    assert set(PIPELINES) - deployed == set()
+    for deployment in spec["deployments"]:
         assert (REPO / deployment["parameters"]["config"]).is_file(), deployment["name"]
+    ray = [d for d in spec["deployments"] if d["parameters"].get("runner") == "ray"]
+    assert [d["name"] for d in ray] == [RAY_DEPLOYMENT.split("/")[1]]  # the Ray-runner variant
 
 
 def test_every_registered_flow_gets_a_valid_prefect_artifact_key() -> None:
@@ -291,6 +298,33 @@ def _check_published(client: httpx.Client, flow_run_id: str, state: str, root: P
     assert missing == [], logs
 
 
+def _check_ray_deployment(
+    server: Server, worker_env: dict[str, str], worker_log: Path, root: Path, direct: dict[str, bytes]
+) -> None:
+    """The Ray-runner deployment, run on demand on the worker: its chunks are task runs on a
+    local Ray (chunk_rows 20: several per stage), its artifacts the same bytes as the direct run's."""
+    prefect = str(BIN / "prefect")
+    params = ["--param", "until=filter", "--param", "chunk_rows=20", "--param", f"artifacts={root}"]
+    worker = _start(["bash", str(REPO / "infra" / "worker.sh")], worker_env, worker_log)
+    try:
+        _run([prefect, "deployment", "run", RAY_DEPLOYMENT, *params], server.env, timeout=120)
+        deployment = server.client.get(f"/deployments/name/{RAY_DEPLOYMENT}").json()
+        deadline = time.monotonic() + 300
+        state = None
+        while time.monotonic() < deadline and state != "COMPLETED":
+            runs = _flow_runs(server.client, deployment["id"])
+            state = runs[0]["state"]["type"] if runs else None
+            assert state not in ("FAILED", "CRASHED", "CANCELLED"), _tail(worker_log)
+            time.sleep(1)
+        assert state == "COMPLETED", _tail(worker_log)
+    finally:
+        _stop(worker)
+    body = {"task_runs": {"name": {"like_": "cure.segment["}}, "flow_runs": {"id": {"any_": [runs[0]["id"]]}}}
+    chunk_runs = server.client.post("/task_runs/filter", json=body).json()
+    assert len(chunk_runs) >= 2 and {r["state"]["type"] for r in chunk_runs} == {"COMPLETED"}
+    assert _artifact_files(root) == direct
+
+
 @pytest.mark.slow
 def test_schedule_fires_on_a_real_server(server: Server, tmp_path: Path) -> None:
     env, client = server.env, server.client
@@ -345,6 +379,8 @@ def test_schedule_fires_on_a_real_server(server: Server, tmp_path: Path) -> None
     assert {k.split("/")[0] for k in scheduled} == set(STAGES)
     assert scheduled.keys() == direct.keys()  # same stages, same fingerprints, same files
     assert [k for k in scheduled if scheduled[k] != direct[k]] == []
+
+    _check_ray_deployment(server, worker_env, worker_log, tmp_path / "ray", direct)
 
     # Run again from the CLI: every stage reused, and Prefect shows it.
     _run([*irforge, "-a", str(direct_root)], env, timeout=300)

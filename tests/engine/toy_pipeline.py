@@ -33,6 +33,7 @@ class NumbersConfig(StrictModel):
 
 class SquareConfig(StrictModel):
     limit: int = 5000
+    log_file: str | None = None
 
 
 class ToyStages(StrictModel):
@@ -82,6 +83,8 @@ def _numbers(chunk: pa.Table, ctx: StageContext[NumbersConfig]) -> ChunkResult:
 
 def _square(chunk: pa.Table, ctx: StageContext[SquareConfig]) -> ChunkResult:
     rows = chunk.to_pylist()
+    if rows:
+        _log(ctx.config.log_file, rows[0]["id"])
     kept = [{"id": r["id"], "value": r["value"] ** 2} for r in rows if r["value"] ** 2 <= ctx.config.limit]
     excluded = [
         {"reason": "too_big", "detail": None, "id": r["id"]}
