@@ -1,7 +1,8 @@
 """Several servers of one kind behind one client: least outstanding requests, take-out, cooldown.
 
-DESIGN.md §6 ("several vLLM replicas behind one client with load balancing and failover").
-Shared by the adapters of OpenAI-compatible servers (``tasks/common/llm/openai_chat.py``,
+Several vLLM replicas behind one client (README "Run at scale"), balanced the way a load
+balancer's "least outstanding requests" does it
+(https://docs.aws.amazon.com/elasticloadbalancing/latest/application/load-balancer-target-groups.html#modify-routing-algorithm). Shared by the adapters of OpenAI-compatible servers (``tasks/common/llm/openai_chat.py``,
 ``tasks/common/embed/remote.py``, ``tasks/common/rerank/vllm_score.py``), whose configs take
 ``base_url`` or ``base_urls`` (:func:`configured_urls`).
 
