@@ -385,7 +385,7 @@ import flows.cli_quality  # noqa: E402,F401  (registers ``irforge quality`` on `
 
 
 def main() -> None:
-    """The ``irforge`` console script (``pyproject.toml`` ``[project.scripts]``)."""
+    """The ``irforge`` command, called by the console script (``flows/console.py``)."""
     exit_on_sigterm()
     try:
         app()

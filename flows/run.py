@@ -30,7 +30,6 @@ from prefect.futures import PrefectFuture
 from prefect.logging.handlers import APILogHandler
 from prefect.utilities.names import generate_slug
 
-from flows.registry import get_pipeline
 from flows.runners import PrefectChunkRunner, chunk_runner
 from flows.stage_runs import RUNS, ActiveRun, run_stage_of
 from irforge.artifacts import ArtifactStore
@@ -39,8 +38,6 @@ from irforge.engine import StageOutcome
 from irforge.pipeline import Pipeline, Selection, select_steps
 from irforge.runs import RunRecorder, new_run_id
 from irforge.summary import summary_rows
-from tasks.common.llm.config import close_local_servers
-from tasks.common.report.html import write_report
 
 log = logging.getLogger("irforge")
 
@@ -120,6 +117,11 @@ def run_pipeline(
 
     ``execution`` overrides keys of the config's ``execution`` (``runner``, ``ray_address``, ...).
     """
+    # Imported here, not above: a chunk task's worker imports this module (its flow run's
+    # flow), and every flow's packages (torch, spaCy, ...) would cost each worker seconds.
+    from flows.registry import get_pipeline  # noqa: PLC0415
+    from tasks.common.llm.config import close_local_servers  # noqa: PLC0415
+
     pipeline = get_pipeline(flow_name)
     flow_config, base_dir = pipeline.load(config)
     if execution:
@@ -162,6 +164,8 @@ def run_pipeline(
 def _report(store: ArtifactStore, pipeline: Pipeline, run_id: str) -> Path | None:
     """The run's HTML report; a failure to draw it is logged, never fatal to the run."""
     try:
+        from tasks.common.report.html import write_report  # noqa: PLC0415 -- see run_pipeline
+
         return write_report(store.root, pipeline.name, run_id, sections=pipeline.report_sections)
     except Exception as exc:
         log.warning("run report not written: %s: %s", type(exc).__name__, exc)
