@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from irforge.errors import IrforgeError
+from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, exclusion_schema, rows_to_table
 from tasks.common.llm.cache import ChatStats, ReplyCache, cached_chat
 from tasks.common.llm.config import LLMConfig, chat_model, cost_usd
@@ -78,6 +79,27 @@ def failure_schema(
         pa.field("raw_reply", pa.string()),
         pa.field("attempts", pa.int32(), nullable=not attempts_required),
     )
+
+
+def llm_resources(llm: LLMConfig | None) -> Resources:
+    """What one chunk of an LLM stage needs where it runs (``StageSpec.resources``), by engine
+    (None, no LLM asked: a CPU worker).
+
+    - ``llama-cpp``: the embedded server is started once per process and already answers the
+      chunk's requests one after another; chunks in other processes would each start one (a
+      model load, and its memory, per worker): they stay in the stage's process.
+    - ``vllm-batch``: each chunk runs ``vllm run-batch`` on a GPU: one GPU per chunk.
+    - ``openai``: a remote server; the chunks run in parallel, on CPU workers, unless
+      ``requests_per_second`` is set: that limit holds within one process (a pool of workers
+      would each send at that rate), so the chunks then stay in the stage's process.
+    """
+    if llm is None:
+        return CPU
+    if llm.engine == "llama-cpp":
+        return Resources(parallel=False)
+    if llm.engine == "vllm-batch":
+        return Resources(num_gpus=1)
+    return CPU if llm.requests_per_second is None else Resources(parallel=False)
 
 
 def _folders(ctx: StageContext[Any]) -> tuple[Path, Path]:

@@ -33,6 +33,7 @@ from pydantic import Field
 from trafilatura.xml import xmltotxt
 
 from irforge.config import StrictModel
+from irforge.parallel import CPU
 from irforge.stage import (
     ChunkResult,
     StageContext,
@@ -211,5 +212,6 @@ SPEC: StageSpec[ExtractConfig] = StageSpec(
     inputs=inputs,
     source=upstream_source("ingest"),
     process=process,
+    resources=CPU,
     description="Headline, date, language, main text (trafilatura), outbound links and DOIs/PMIDs/PMCIDs.",
 )

@@ -40,6 +40,7 @@ from pydantic import Field, model_validator
 
 from irforge.config import StrictModel
 from irforge.errors import ConfigError
+from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.text.discovery import discover
 from tasks.common.text.document import InputRejected
@@ -221,6 +222,12 @@ def finalize(kept: pa.Table, _ctx: StageContext[IngestConfig]) -> ChunkResult:
     return ChunkResult(rows_to_table(keep, SCHEMA), rows_to_table(drop, EXCLUDED_SCHEMA))
 
 
+def resources(config: IngestConfig) -> Resources:
+    """Feed entries are fetched at a per-host pace kept per process (tasks/crossgenre/fetch.py):
+    a pool of workers would each keep it, so with feeds the chunks stay in one process."""
+    return Resources(parallel=False) if config.feeds else CPU
+
+
 def _excluded(
     reason: str, detail: str, row: dict[str, Any], url: str | None, pid: str | None
 ) -> dict[str, Any]:
@@ -246,5 +253,6 @@ SPEC: StageSpec[IngestConfig] = StageSpec(
     source=source,
     process=process,
     finalize=finalize,
+    resources=resources,
     description="News pages from saved files, JSONL/WARC files and RSS/Atom feeds (polite, cached).",
 )

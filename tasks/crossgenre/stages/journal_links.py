@@ -32,6 +32,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from irforge.config import StrictModel
+from irforge.parallel import CPU, Resources
 from irforge.stage import (
     ArtifactSource,
     ChunkResult,
@@ -209,6 +210,12 @@ def process(chunk: pa.Table, ctx: StageContext[JournalLinksConfig]) -> ChunkResu
     return ChunkResult(rows_to_table(kept, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA), cost=cost)
 
 
+def resources(config: JournalLinksConfig) -> Resources:
+    """Landing pages are fetched at a per-host pace kept per process (tasks/crossgenre/fetch.py):
+    a pool of workers would each keep it, so with landing_pages the chunks stay in one process."""
+    return Resources(parallel=False) if config.landing_pages is not None else CPU
+
+
 SPEC: StageSpec[JournalLinksConfig] = StageSpec(
     name="journal_links",
     version=1,
@@ -220,5 +227,6 @@ SPEC: StageSpec[JournalLinksConfig] = StageSpec(
     inputs=inputs,
     source=_source,
     process=process,
+    resources=resources,
     description="Pages citing research: links to doi.org, PubMed, PMC, Europe PMC or journal domains, DOIs in text.",
 )

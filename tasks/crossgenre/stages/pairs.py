@@ -19,9 +19,10 @@ Besides the contract's columns, ``rank``: the document's rank in the candidates 
 added-back and augmented rows).
 Side table ``augmentation``: per train query and action, how many augmented headlines were
 wanted and kept, how many draws were duplicates, and the token limit — a shortfall is
-said there, never hidden. The embeddings engine's word vectors are written to
-``files/word_vectors.txt`` (word2vec text format) on first use and read back from there,
-so a resumed run augments with the same vectors.
+said there, never hidden. The embeddings engine's word vectors are built once, in the stage's
+process before its chunks run (when a train query is to be augmented), into
+``files/word_vectors.txt`` (word2vec text format); every chunk, in whatever process, reads them
+back from there, so parallel chunks and a resumed run augment with the same vectors.
 
 Units: queries. Excluded: ``no_headline`` (the query is not in claims), ``no_candidates``
 (no candidate list of ``variant`` for it), ``missing_document`` (a cited or candidate
@@ -32,6 +33,8 @@ a dev/test query whose cited abstracts were all missed, with no negatives asked)
 from __future__ import annotations
 
 import functools
+import os
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -42,13 +45,14 @@ from pydantic import Field
 
 from irforge.artifacts import Artifact
 from irforge.config import StrictModel
+from irforge.parallel import CPU, Resources
 from irforge.stage import (
+    ArtifactSource,
     ChunkResult,
     StageContext,
     StageSpec,
     exclusion_schema,
     rows_to_table,
-    upstream_source,
 )
 from tasks.crossgenre.augment import AugmentConfig, HeadlineAugmenter, query_seed
 from tasks.crossgenre.documents import headlines, qrels, read_documents
@@ -132,8 +136,22 @@ def _vectors(ctx: StageContext[PairsConfig]) -> WordVectors | None:
         )  # fmt: skip
         if built is None:
             return None
-        write_word2vec(path, built)
+        # Parallel chunks may build the same (deterministic) vectors at once: each writes a file
+        # of its own beside files/ (never published) and renames it into place, atomically.
+        own = ctx.files_dir.parent / f".{VECTORS_FILE}.{os.getpid()}.{uuid.uuid4().hex}"
+        write_word2vec(own, built)
+        own.replace(path)
     return _read_vectors(path, path.stat().st_mtime_ns)
+
+
+def _splits(ctx: StageContext[PairsConfig], _inputs: dict[str, Any]) -> ArtifactSource:
+    """The ``splits`` rows; the word vectors built first, here in the stage's process, when a
+    train query is to be augmented with them (chunks then only read them)."""
+    splits = ctx.upstream["splits"]
+    augment = ctx.config.augmented > 0 and ctx.config.augment.engine == "embeddings"
+    if augment and TRAIN in splits.read(columns=["split"]).column("split").to_pylist():
+        _vectors(ctx)
+    return ArtifactSource(splits)
 
 
 @functools.lru_cache(maxsize=1)
@@ -242,6 +260,15 @@ def _with_augmented(
     return out, report
 
 
+def resources(config: PairsConfig) -> Resources:
+    """The contextual engine's masked language model on its device (``cuda``: one GPU); the
+    embeddings engine (corpus word vectors, :func:`_splits`) on CPU workers."""
+    augment = config.augment
+    if augment.engine == "contextual" and augment.device.startswith("cuda"):
+        return Resources(num_gpus=1, memory_mb=2048)
+    return CPU
+
+
 SPEC: StageSpec[PairsConfig] = StageSpec(
     name="pairs",
     version=1,
@@ -250,8 +277,9 @@ SPEC: StageSpec[PairsConfig] = StageSpec(
     schema=SCHEMA,
     excluded_schema=EXCLUDED_SCHEMA,
     key=("query_id",),
-    source=upstream_source("splits"),
+    source=_splits,
     process=process,
+    resources=resources,
     tables={"augmentation": AUGMENTATION_SCHEMA},
     description="Headline-abstract pairs for the reranker: cited, added back, negatives, augmented.",
 )

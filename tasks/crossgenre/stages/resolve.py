@@ -29,6 +29,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from irforge.config import StrictModel
+from irforge.parallel import CPU, Resources
 from irforge.stage import (
     ArtifactSource,
     ChunkResult,
@@ -175,6 +176,12 @@ def process(chunk: pa.Table, ctx: StageContext[ResolveConfig]) -> ChunkResult:
     )
 
 
+def resources(config: ResolveConfig) -> Resources:
+    """E-utilities' pace (3 or 10 requests/s) is kept per process (tasks/common/pubmed/ncbi.py): its
+    chunks stay in one; local MEDLINE files are read by each worker."""
+    return Resources(parallel=False) if config.pubmed.engine == "eutils" else CPU
+
+
 def _source(ctx: StageContext[ResolveConfig], _inputs: dict[str, Any]) -> Source:
     return ArtifactSource(ctx.upstream["single_study"], columns=INPUT_SCHEMA.names)
 
@@ -189,6 +196,7 @@ SPEC: StageSpec[ResolveConfig] = StageSpec(
     key=("page_id",),
     source=_source,
     process=process,
+    resources=resources,
     tables={"records": RECORDS_SCHEMA},
     inputs=lambda ctx: {"pubmed": describe_pubmed(ctx.config.pubmed, ctx.base_dir)},
     description="Cited references → PMIDs → PubMed records with abstracts (local MEDLINE or E-utilities).",

@@ -25,6 +25,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator
 
 from irforge.config import StrictModel
+from irforge.parallel import Resources
 from irforge.stage import (
     ArtifactSource,
     ChunkResult,
@@ -34,7 +35,7 @@ from irforge.stage import (
     rows_to_table,
 )
 from tasks.common.llm.config import LLMConfig, describe
-from tasks.common.llm.stage import LLMCalls, llm_cost
+from tasks.common.llm.stage import LLMCalls, llm_cost, llm_resources
 from tasks.common.pubmed.config import PubmedConfig, describe_pubmed, pubmed_source
 from tasks.crossgenre.single_study_llm import DEFAULT_PROMPT, ask_llm, load_prompt
 from tasks.crossgenre.stages.journal_links import SCHEMA as LINKS_SCHEMA
@@ -143,5 +144,7 @@ SPEC: StageSpec[SingleStudyConfig] = StageSpec(
     inputs=inputs,
     source=_source,
     process=process,
+    # E-utilities' pace holds per process (tasks/common/pubmed/ncbi.py): its chunks stay in one.
+    resources=lambda c: Resources(parallel=False) if c.pubmed.engine == "eutils" else llm_resources(c.llm),
     description="Pages about one study (or a tight series): works by PMID, round-up wording, optional LLM.",
 )

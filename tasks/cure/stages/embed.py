@@ -20,6 +20,8 @@ queries against these vectors (``mine``, ``evaluate``) build theirs from it
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from irforge.artifacts import Artifact
 from irforge.config import StrictModel
 from irforge.errors import IrforgeError
 from irforge.fingerprint import canonical_json, fingerprint_view
+from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, exclusion_schema, upstream_source
 from tasks.common.embed.config import EncoderConfig, describe, encoder_for, resolved
 from tasks.common.embed.port import Encoder
@@ -103,6 +106,32 @@ def inputs(ctx: StageContext[EmbedConfig]) -> dict[str, Any]:
     return describe(ctx.config.encoder, ctx.base_dir)
 
 
+def on_gpu(device: str | None) -> bool:
+    """Whether a local model on ``device`` runs on a CUDA GPU: ``cuda...`` does; unset (CUDA when
+    present) does where this host has one (torch's answer if it is loaded, else an NVIDIA driver
+    that ``CUDA_VISIBLE_DEVICES`` does not hide; torch is not imported for this)."""
+    if device is not None:
+        return device.startswith("cuda")
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() in ("", "-1"):
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return bool(torch.cuda.is_available())
+    return Path("/proc/driver/nvidia/version").exists()
+
+
+def model_resources(device: str | None, memory_mb: int) -> Resources:
+    """A chunk that runs a local model: one GPU and ``memory_mb`` of memory where the model runs
+    on a GPU (:func:`on_gpu`), a CPU worker otherwise."""
+    return Resources(num_gpus=1, memory_mb=memory_mb) if on_gpu(device) else CPU
+
+
+def resources(config: EmbedConfig) -> Resources:
+    """A sentence-transformers encoder on its device; a server (engine openai) on a CPU worker."""
+    encoder = config.encoder
+    return model_resources(encoder.device, 2048) if encoder.engine == "sentence-transformers" else CPU
+
+
 SPEC: StageSpec[EmbedConfig] = StageSpec(
     name="embed",
     version=2,  # 2: side table encoder (what mine and evaluate encode queries with)
@@ -115,5 +144,6 @@ SPEC: StageSpec[EmbedConfig] = StageSpec(
     process=process,
     inputs=inputs,
     tables={"encoder": ENCODER_SCHEMA},
+    resources=resources,
     description="Passage vectors (sentence-transformers or an OpenAI-compatible embeddings server).",
 )

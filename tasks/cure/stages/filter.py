@@ -22,6 +22,7 @@ from __future__ import annotations
 import pyarrow as pa
 from pydantic import Field
 
+from irforge.parallel import CPU
 from irforge.stage import ChunkResult, StageContext, StageSpec, exclusion_schema, upstream_source
 from tasks.common.text.gopher import SCIENCE_STOP_WORDS, Count, GopherRules, Limit, check_many
 from tasks.cure.stages import segment
@@ -113,5 +114,6 @@ SPEC: StageSpec[FilterConfig] = StageSpec(
     key=("passage_id",),
     source=upstream_source("segment"),
     process=process,
+    resources=CPU,
     description="Gopher quality + repetition rules on passages; each drop records its first failing rule.",
 )

@@ -35,6 +35,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from irforge.config import StrictModel
+from irforge.parallel import CPU
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.text.discovery import discover as discover_files
 from tasks.common.text.discovery import read_input, refusal
@@ -199,6 +200,7 @@ SPEC: StageSpec[IngestConfig] = StageSpec(
     inputs=inputs,
     source=source,
     process=process,
+    resources=CPU,
     finalize=finalize,
     description="Discover article files; record ids, format, encoding, licence; exclude unreadable ones.",
 )

@@ -33,7 +33,7 @@ from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource
 from tasks.common.llm.config import LLMConfig, describe
 from tasks.common.llm.port import ChatRequest
-from tasks.common.llm.stage import LLMCalls, failure_schema, required
+from tasks.common.llm.stage import LLMCalls, failure_schema, llm_resources, required
 from tasks.common.rerank.cutoff import PoolCutoff
 from tasks.cure.judgement import JudgePrompt, judgement_schema, validate_judgement
 from tasks.cure.queries import english_queries
@@ -144,5 +144,6 @@ SPEC: StageSpec[JudgeConfig] = StageSpec(
     inputs=inputs,
     source=_pairs,
     process=process,
+    resources=lambda config: llm_resources(config.llm),
     description="LLM relevance judgements 0 / 1 / 2 with explanations, through a reply cache.",
 )

@@ -38,6 +38,7 @@ from pydantic import Field, model_validator
 from irforge.artifacts import Artifact
 from irforge.config import StrictModel
 from irforge.fingerprint import Transport
+from irforge.parallel import CPU
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.search.config import open_index
 from tasks.common.search.fusion import rrf
@@ -183,5 +184,7 @@ SPEC: StageSpec[MineConfig] = StageSpec(
     key=("query_id",),
     source=_queries,
     process=process,
+    # Each worker opens the index and embed's encoder (a small query batch per chunk) once.
+    resources=CPU,
     description="BM25 phrase + fuzzy and two kNN retrievers per query, fused by RRF (k = 60).",
 )

@@ -31,6 +31,7 @@ from pydantic import Field
 
 from irforge.config import StrictModel
 from irforge.fingerprint import digest_bytes
+from irforge.parallel import CPU
 from irforge.stage import (
     ChunkResult,
     StageContext,
@@ -165,5 +166,6 @@ SPEC: StageSpec[ParseConfig] = StageSpec(
     key=("article_id",),
     source=upstream_source("ingest"),
     process=process,
+    resources=CPU,
     description="JATS (lxml) and HTML (jusText) → text blocks with section paths and offsets.",
 )

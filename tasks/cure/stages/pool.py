@@ -47,10 +47,12 @@ from irforge.artifacts import Artifact
 from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from irforge.fingerprint import Transport
+from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.rerank.config import RerankerConfig, describe_reranker, reranker_for
 from tasks.common.rerank.cutoff import PoolCutoff, apply_cutoff
 from tasks.cure.queries import english_queries
+from tasks.cure.stages.embed import model_resources
 
 
 class PoolConfig(StrictModel):
@@ -276,6 +278,12 @@ def pool_view(pool: Artifact, cutoff: PoolCutoff) -> pa.Table:
     return apply_cutoff(pool.read(), cutoff)
 
 
+def resources(config: PoolConfig) -> Resources:
+    """A local cross-encoder on its device; vLLM's /score (a server) on a CPU worker."""
+    reranker = config.reranker
+    return model_resources(reranker.device, 4096) if reranker.engine == "sentence-transformers" else CPU
+
+
 SPEC: StageSpec[PoolConfig] = StageSpec(
     name="pool",
     version=2,  # 2: side table pool_info (what pool_view checks a cut-off against)
@@ -289,5 +297,6 @@ SPEC: StageSpec[PoolConfig] = StageSpec(
     source=_queries,
     process=process,
     tables={"score_histogram": HISTOGRAM_SCHEMA, "query_stats": QUERY_STATS_SCHEMA, "pool_info": INFO_SCHEMA},
+    resources=resources,
     description="Cross-encoder scores of every query against its domain split (logit + sigmoid).",
 )

@@ -63,6 +63,7 @@ import pysbd
 from pydantic import Field, model_validator
 
 from irforge.config import StrictModel
+from irforge.parallel import CPU
 from irforge.stage import (
     ChunkResult,
     StageContext,
@@ -386,6 +387,7 @@ SPEC: StageSpec[SegmentConfig] = StageSpec(
     key=("article_id", "block_index"),
     source=upstream_source("parse", group_by="article_id"),
     process=process,
+    resources=CPU,
     kept_keys=blocks_of_passages,
     description="Blocks → passages: one paragraph each, short ones merged, long ones split at sentences.",
 )

@@ -54,9 +54,11 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from irforge.errors import IrforgeError
+from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.llm.cache import ChatStats, ReplyCache
 from tasks.common.llm.port import ChatFailure
+from tasks.common.llm.stage import llm_resources
 from tasks.common.translate.config import TranslatorConfig, describe, make_translator, resolved_engine
 from tasks.common.translate.deepl import DeepLTranslator
 from tasks.common.translate.llm import LLMTranslator
@@ -268,6 +270,12 @@ def _translate_with_llm(
     return stats
 
 
+def resources(config: TranslateConfig) -> Resources:
+    """The LLM's (:func:`~tasks.common.llm.stage.llm_resources`) when it translates; DeepL (a
+    remote API) and no translator at all run on CPU workers."""
+    return llm_resources(config.llm) if resolved_engine(config) == "llm" else CPU
+
+
 SPEC: StageSpec[TranslateConfig] = StageSpec(
     name="translate",
     version=2,  # 2: side table translate_info (the configured languages, read by release)
@@ -280,5 +288,6 @@ SPEC: StageSpec[TranslateConfig] = StageSpec(
     source=source,
     process=process,
     tables={"translate_info": INFO_SCHEMA},
+    resources=resources,
     description="Queries in en / fr / es: the original plus DeepL translations through a request cache.",
 )

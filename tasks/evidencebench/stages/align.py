@@ -31,7 +31,7 @@ from irforge.stage import (
 )
 from tasks.common.llm.config import LLMConfig, describe
 from tasks.common.llm.port import ChatOutcome, ChatReply
-from tasks.common.llm.stage import LLMCalls, kept_schema, required
+from tasks.common.llm.stage import LLMCalls, kept_schema, llm_resources, required
 from tasks.evidencebench.alignment import WINDOW_SIZE, WINDOW_STRIDE, align, windows
 from tasks.evidencebench.llm_steps import prompt_field, step_prompt
 from tasks.evidencebench.pools import SUMMARY_FIELDS, paper_pools
@@ -145,5 +145,6 @@ SPEC: StageSpec[AlignConfig] = StageSpec(
     inputs=inputs,
     source=_decomposed,
     process=process,
+    resources=lambda config: llm_resources(config.llm),
     description="LLM: each aspect aligned with the paper's sentences in windows of 10, stride 5.",
 )

@@ -30,7 +30,7 @@ from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource
 from tasks.common.llm.config import LLMConfig, describe
 from tasks.common.llm.port import ChatReply
-from tasks.common.llm.stage import Check, LLMCalls, Row, failure_schema, kept_schema, required
+from tasks.common.llm.stage import Check, LLMCalls, Row, failure_schema, kept_schema, llm_resources, required
 from tasks.evidencebench.grammars import aspects_grammar, choice_grammar
 from tasks.evidencebench.llm_steps import aspects_request, decompose_request, prompt_field, step_prompt
 from tasks.evidencebench.parsers import parse_aspects, parse_leak_check
@@ -103,7 +103,6 @@ def process(chunk: pa.Table, ctx: StageContext[DecomposeConfig]) -> ChunkResult:
         else:
             detail = f"no candidate pool for the cited reference {row['cited_ref_id']} (see the papers stage)"
             calls.exclude(row, reason="paper_not_in_pool", detail=detail, step="decompose")
-
     prompt = step_prompt("decompose", config.decompose_prompt, ctx.base_dir)
     decomposed = calls.step(
         "decompose",
@@ -146,5 +145,6 @@ SPEC: StageSpec[DecomposeConfig] = StageSpec(
     inputs=inputs,
     source=_with_papers,
     process=process,
+    resources=lambda config: llm_resources(config.llm),
     description="LLM: each summary broken into study aspects, then checked that no aspect leaks.",
 )

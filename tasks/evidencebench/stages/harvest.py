@@ -33,6 +33,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from irforge.config import StrictModel
+from irforge.parallel import Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.text.discovery import discover, read_input, refusal
 from tasks.common.text.document import InputRejected
@@ -190,5 +191,8 @@ SPEC: StageSpec[HarvestConfig] = StageSpec(
     inputs=inputs,
     source=source,
     process=process,
+    # The reviews are harvested in ``source``; a chunk only sorts its rows into kept and excluded,
+    # cheaper here than sent to a worker and back.
+    resources=Resources(parallel=False),
     description="Review sentences citing exactly one resolvable paper → evidence summaries with context.",
 )

@@ -25,7 +25,7 @@ import pyarrow as pa
 from irforge.config import StrictModel
 from irforge.stage import ArtifactSource, ChunkResult, StageContext, StageSpec
 from tasks.common.llm.config import LLMConfig, describe
-from tasks.common.llm.stage import LLMCalls, failure_schema, kept_schema, required
+from tasks.common.llm.stage import LLMCalls, failure_schema, kept_schema, llm_resources, required
 from tasks.evidencebench.grammars import hypothesis_grammar
 from tasks.evidencebench.llm_steps import (
     prompt_field,
@@ -116,5 +116,6 @@ SPEC: StageSpec[HypothesisConfig] = StageSpec(
     inputs=inputs,
     source=_refined,
     process=process,
+    resources=lambda config: llm_resources(config.llm),
     description="LLM: the hypothesis each refined summary supports, recovered then trimmed to its claim.",
 )

@@ -24,7 +24,15 @@ from irforge.config import StrictModel
 from irforge.stage import ArtifactSource, ChunkResult, StageContext, StageSpec
 from tasks.common.llm.config import LLMConfig, describe
 from tasks.common.llm.port import ChatOutcome
-from tasks.common.llm.stage import LLMCalls, Row, constrained, failure_schema, kept_schema, required
+from tasks.common.llm.stage import (
+    LLMCalls,
+    Row,
+    constrained,
+    failure_schema,
+    kept_schema,
+    llm_resources,
+    required,
+)
 from tasks.evidencebench.grammars import labels_grammar
 from tasks.evidencebench.instance import low_coverage
 from tasks.evidencebench.llm_steps import aspects_request, prompt_field, step_prompt
@@ -104,5 +112,6 @@ SPEC: StageSpec[LabelConfig] = StageSpec(
     inputs=inputs,
     source=_aligned,
     process=process,
+    resources=lambda config: llm_resources(config.llm),
     description="LLM: each aspect labelled results, background or methods.",
 )

@@ -39,6 +39,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from irforge.config import StrictModel
+from irforge.parallel import CPU
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.text.discovery import discover, read_input
 from tasks.common.text.document import ArticleMeta, InputRejected
@@ -304,5 +305,6 @@ SPEC: StageSpec[PapersConfig] = StageSpec(
     inputs=inputs,
     source=source,
     process=process,
+    resources=CPU,
     description="Cited research papers found by pmid / pmcid / doi / title → indexed, typed text elements.",
 )

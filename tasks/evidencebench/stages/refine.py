@@ -23,6 +23,7 @@ from pydantic import Field
 
 from irforge.config import StrictModel
 from irforge.stage import ArtifactSource, ChunkResult, StageContext, StageSpec
+from tasks.common.llm import stage as llm_stage
 from tasks.common.llm.config import LLMConfig, describe
 from tasks.common.llm.port import ChatReply
 from tasks.common.llm.stage import Check, LLMCalls, Row, failure_schema, kept_schema, recheck, required
@@ -35,8 +36,6 @@ from tasks.evidencebench.parsers import (
     parse_suitability,
     refine_validator,
 )
-
-_BRACKETS = ("[]", "()")
 
 
 class RefineConfig(StrictModel):
@@ -68,7 +67,7 @@ def citation_marker(paragraph: str, spans: Sequence[dict[str, int]]) -> str:
     if not spans:
         raise ValueError("a summary without citation spans: the harvest keeps only sentences citing a paper")
     start, end = spans[0]["start"], spans[0]["end"]
-    if start > 0 and end < len(paragraph) and paragraph[start - 1] + paragraph[end] in _BRACKETS:
+    if start > 0 and end < len(paragraph) and paragraph[start - 1] + paragraph[end] in ("[]", "()"):
         start, end = start - 1, end + 1
     return paragraph[start:end]
 
@@ -146,5 +145,6 @@ SPEC: StageSpec[RefineConfig] = StageSpec(
     inputs=inputs,
     source=_harvested,
     process=process,
+    resources=lambda config: llm_stage.llm_resources(config.llm),
     description="LLM: each summary cut to the cited paper's own evidence, kept if it reports results.",
 )

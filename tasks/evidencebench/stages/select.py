@@ -25,6 +25,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from irforge.config import StrictModel
+from irforge.parallel import CPU
 from irforge.stage import (
     ArtifactSource,
     ChunkResult,
@@ -157,5 +158,6 @@ SPEC: StageSpec[SelectConfig] = StageSpec(
     inputs=inputs,
     source=_labelled,
     process=process,
+    resources=CPU,
     description="The 70 % coverage rule, then the exact optimal and @K evidence sets (ILP).",
 )

@@ -25,7 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from irforge.config import StrictModel
 from irforge.stage import ArtifactSource, ChunkResult, StageContext, StageSpec, rows_to_table
 from tasks.common.llm.config import LLMConfig, describe
-from tasks.common.llm.stage import LLMCalls, failure_schema, llm_cost, required
+from tasks.common.llm.stage import LLMCalls, failure_schema, llm_cost, llm_resources, required
 from tasks.spanish_sr.language import PROFILES, profile
 from tasks.spanish_sr.question_llm import DEFAULT_PROMPT, ask_llm, load_prompt
 from tasks.spanish_sr.question_rules import clean_title, rule_question, title_problem
@@ -141,5 +141,6 @@ SPEC: StageSpec[QuestionsConfig] = StageSpec(
     inputs=inputs,
     source=_source,
     process=process,
+    resources=lambda c: llm_resources(c.llm if c.mode == "llm" else None),
     description="Title → question pairs with their abstracts (title as is, profile rules, or an LLM).",
 )

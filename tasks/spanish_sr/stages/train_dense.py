@@ -31,6 +31,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import sys
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -39,6 +42,7 @@ from pydantic import Field, model_validator
 from irforge.config import StrictModel
 from irforge.errors import IrforgeError
 from irforge.fingerprint import Transport
+from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path
 from tasks.spanish_sr.dense_training import Loss, Settings, load_model, save, split, train
@@ -247,6 +251,26 @@ def process(chunk: pa.Table, ctx: StageContext[TrainDenseConfig]) -> ChunkResult
     )
 
 
+def on_gpu(device: str | None) -> bool:
+    """Whether a model on ``device`` trains on a CUDA GPU: ``cuda...`` does; unset (CUDA when present)
+    does where this host has one (torch's answer if it is loaded, else an NVIDIA driver that
+    ``CUDA_VISIBLE_DEVICES`` does not hide; torch is not imported for this)."""
+    if device is not None:
+        return device.startswith("cuda")
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() in ("", "-1"):
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return bool(torch.cuda.is_available())
+    return Path("/proc/driver/nvidia/version").exists()
+
+
+def resources(config: TrainDenseConfig) -> Resources:
+    """One GPU (and memory for the model, its optimiser state and a batch) per seed where the
+    model trains on a GPU (:func:`on_gpu`); a CPU worker otherwise."""
+    return Resources(num_gpus=1, memory_mb=8192) if on_gpu(config.device) else CPU
+
+
 SPEC: StageSpec[TrainDenseConfig] = StageSpec(
     name="train_dense",
     version=2,
@@ -258,6 +282,7 @@ SPEC: StageSpec[TrainDenseConfig] = StageSpec(
     inputs=inputs,
     source=_seeds,
     process=process,
+    resources=resources,
     tables={"split": SPLIT_SCHEMA, "history": HISTORY_SCHEMA, "grid": GRID_SCHEMA},
     description="Sentence-transformers dual encoder fine-tuned on the question pairs, one model per seed.",
 )

@@ -32,16 +32,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import torch
 from pydantic import Field
 
 from irforge.config import StrictModel
 from irforge.errors import IrforgeError
 from irforge.fingerprint import Transport
+from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, builtin_cross_encoder_path
 from tasks.common.rerank.local import CrossEncoderReranker
 from tasks.spanish_sr.fusion_scores import Method
 from tasks.spanish_sr.rerank_training import Candidates, Loss, Negatives, RerankSettings, build_lists, train
+from tasks.spanish_sr.stages.train_dense import on_gpu
 from tasks.spanish_sr.training_loop import HISTORY_SCHEMA, SEED, SelectBy, Trained, base_model_inputs
 
 
@@ -187,6 +190,10 @@ def _one_seed(
     ]
     if not train_lists or not val_lists:
         return None, lists, []
+    # A head the checkpoint lacks (a plain encoder from the hub) is drawn from torch's global
+    # generator while loading: seeded, the model depends on its seed, not on what ran before it
+    # in this process (an earlier chunk's training, in a pool worker or inline).
+    torch.manual_seed(seed)
     reranker = CrossEncoderReranker(
         config.base_model, max_length=config.max_length, device=config.device, revision=config.revision
     )
@@ -235,6 +242,12 @@ def process(chunk: pa.Table, ctx: StageContext[TrainRerankConfig]) -> ChunkResul
     )
 
 
+def resources(config: TrainRerankConfig) -> Resources:
+    """One GPU (and memory to fine-tune a cross-encoder) per seed where it trains on a GPU
+    (:func:`~tasks.spanish_sr.stages.train_dense.on_gpu`); a CPU worker otherwise."""
+    return Resources(num_gpus=1, memory_mb=8192) if on_gpu(config.device) else CPU
+
+
 SPEC: StageSpec[TrainRerankConfig] = StageSpec(
     name="train_rerank",
     version=1,
@@ -246,6 +259,7 @@ SPEC: StageSpec[TrainRerankConfig] = StageSpec(
     inputs=inputs,
     source=_seeds,
     process=process,
+    resources=resources,
     tables={"history": HISTORY_SCHEMA, "lists": LISTS_SCHEMA},
     description="Cross-encoder reranker fine-tuned listwise on the hybrid candidates, one model per seed.",
 )
