@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,20 @@ def select_device(device: str | None, errors: ModelErrors) -> str:
             "leave device unset to use the CPU"
         )
     return device
+
+
+def on_gpu(device: str | None) -> bool:
+    """Whether a local model on ``device`` runs on a CUDA GPU (a stage's chunk resources, irforge/parallel.py): ``cuda...`` does; unset (CUDA when
+    present) does where this host has one (torch's answer if it is loaded, else an NVIDIA driver
+    that ``CUDA_VISIBLE_DEVICES`` does not hide; torch is not imported for this)."""
+    if device is not None:
+        return device.startswith("cuda")
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() in ("", "-1"):
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return bool(torch.cuda.is_available())
+    return Path("/proc/driver/nvidia/version").exists()
 
 
 def looks_like_path(model: str) -> bool:

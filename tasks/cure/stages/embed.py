@@ -20,8 +20,6 @@ queries against these vectors (``mine``, ``evaluate``) build theirs from it
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, exclusion_schema, upstream_source
 from tasks.common.embed.config import EncoderConfig, describe, encoder_for, resolved
 from tasks.common.embed.port import Encoder
+from tasks.common.models.hub import on_gpu
 from tasks.common.search.port import vectors_column
 
 
@@ -104,20 +103,6 @@ def query_encoder(embed: Artifact, base_dir: Path) -> Encoder:
 def inputs(ctx: StageContext[EmbedConfig]) -> dict[str, Any]:
     """What identifies local model files beyond the config: a digest of their content."""
     return describe(ctx.config.encoder, ctx.base_dir)
-
-
-def on_gpu(device: str | None) -> bool:
-    """Whether a local model on ``device`` runs on a CUDA GPU: ``cuda...`` does; unset (CUDA when
-    present) does where this host has one (torch's answer if it is loaded, else an NVIDIA driver
-    that ``CUDA_VISIBLE_DEVICES`` does not hide; torch is not imported for this)."""
-    if device is not None:
-        return device.startswith("cuda")
-    if os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() in ("", "-1"):
-        return False
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        return bool(torch.cuda.is_available())
-    return Path("/proc/driver/nvidia/version").exists()
 
 
 def model_resources(device: str | None, memory_mb: int) -> Resources:

@@ -31,9 +31,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import sys
-from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -45,6 +42,7 @@ from irforge.fingerprint import Transport
 from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path
+from tasks.common.models.hub import on_gpu
 from tasks.spanish_sr.dense_training import Loss, Settings, load_model, save, split, train
 from tasks.spanish_sr.training_loop import HISTORY_SCHEMA, SEED, SelectBy, Trained, base_model_inputs
 
@@ -249,20 +247,6 @@ def process(chunk: pa.Table, ctx: StageContext[TrainDenseConfig]) -> ChunkResult
             "grid": rows_to_table(grid, GRID_SCHEMA),
         },
     )
-
-
-def on_gpu(device: str | None) -> bool:
-    """Whether a model on ``device`` trains on a CUDA GPU: ``cuda...`` does; unset (CUDA when present)
-    does where this host has one (torch's answer if it is loaded, else an NVIDIA driver that
-    ``CUDA_VISIBLE_DEVICES`` does not hide; torch is not imported for this)."""
-    if device is not None:
-        return device.startswith("cuda")
-    if os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() in ("", "-1"):
-        return False
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        return bool(torch.cuda.is_available())
-    return Path("/proc/driver/nvidia/version").exists()
 
 
 def resources(config: TrainDenseConfig) -> Resources:

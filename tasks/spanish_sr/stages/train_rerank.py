@@ -40,11 +40,11 @@ from irforge.errors import IrforgeError
 from irforge.fingerprint import Transport
 from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
+from tasks.common.models.hub import on_gpu
 from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, builtin_cross_encoder_path
 from tasks.common.rerank.local import CrossEncoderReranker
 from tasks.spanish_sr.fusion_scores import Method
 from tasks.spanish_sr.rerank_training import Candidates, Loss, Negatives, RerankSettings, build_lists, train
-from tasks.spanish_sr.stages.train_dense import on_gpu
 from tasks.spanish_sr.training_loop import HISTORY_SCHEMA, SEED, SelectBy, Trained, base_model_inputs
 
 
@@ -244,7 +244,7 @@ def process(chunk: pa.Table, ctx: StageContext[TrainRerankConfig]) -> ChunkResul
 
 def resources(config: TrainRerankConfig) -> Resources:
     """One GPU (and memory to fine-tune a cross-encoder) per seed where it trains on a GPU
-    (:func:`~tasks.spanish_sr.stages.train_dense.on_gpu`); a CPU worker otherwise."""
+    (:func:`~tasks.common.models.hub.on_gpu`); a CPU worker otherwise."""
     return Resources(num_gpus=1, memory_mb=8192) if on_gpu(config.device) else CPU
 
 
