@@ -21,6 +21,7 @@ against every validation abstract, ties by position) are measured; the epoch bes
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -186,4 +187,21 @@ def save(model: SentenceTransformer, directory: Path, card: str) -> None:
     """The weights (safetensors) and sentence-transformers config under ``directory``, with ``README.md`` = ``card``."""
     directory.mkdir(parents=True, exist_ok=True)
     model.save(str(directory), create_model_card=False)
+    drop_call_state(directory)
     (directory / "README.md").write_text(card, encoding="utf-8")
+
+
+CALL_STATE = ("max_length", "stride", "truncation_strategy", "pad_to_multiple_of")
+"""Keys a fast tokenizer writes into ``tokenizer_config.json`` from its last call's truncation
+and padding, not from its settings: they differ with the batches a process encoded before."""
+
+
+def drop_call_state(directory: Path) -> None:
+    """Saved model files that depend on the model only (a chunk's bytes, whatever ran before it)."""
+    path = directory / "tokenizer_config.json"
+    if path.is_file():
+        config = json.loads(path.read_text(encoding="utf-8"))
+        kept = {k: v for k, v in config.items() if k not in CALL_STATE}
+        path.write_text(
+            json.dumps(kept, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+        )

@@ -43,6 +43,7 @@ from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exc
 from tasks.common.models.hub import on_gpu
 from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, builtin_cross_encoder_path
 from tasks.common.rerank.local import CrossEncoderReranker
+from tasks.spanish_sr.dense_training import drop_call_state
 from tasks.spanish_sr.fusion_scores import Method
 from tasks.spanish_sr.rerank_training import Candidates, Loss, Negatives, RerankSettings, build_lists, train
 from tasks.spanish_sr.training_loop import HISTORY_SCHEMA, SEED, SelectBy, Trained, base_model_inputs
@@ -202,6 +203,7 @@ def _one_seed(
     trained = train(model, training, val_lists, abstracts, config.settings(), seed)
     directory = ctx.files_dir / str(seed)
     model.save(str(directory))
+    drop_call_state(directory)
     (directory / "README.md").write_text(
         card(config, seed, trained, len(train_lists), len(val_lists)), "utf-8"
     )
