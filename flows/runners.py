@@ -141,15 +141,18 @@ def _set_environment(env: dict[str, str]) -> None:
 
 
 def _worker_environment() -> dict[str, str]:
-    """The API of this process's temporary Prefect server, for its pool workers: without it
-    each worker would start a server of its own (seconds and ~200 MB each)."""
+    """The API of this process's temporary Prefect server (started now if it is not yet), for
+    its pool and local Ray workers: without it each worker would start a server of its own
+    (seconds and ~200 MB each)."""
     if PREFECT_API_URL.value():
         return {}
     # Imported here: a pool worker imports this module, and the server module takes seconds.
     from prefect.server.api.server import SubprocessASGIServer  # noqa: PLC0415
 
-    server = SubprocessASGIServer()
-    return {"PREFECT_API_URL": server.api_url} if server.running else {}
+    server = SubprocessASGIServer()  # a singleton: the server this process's Prefect client uses
+    if not server.running:
+        server.start()
+    return {"PREFECT_API_URL": server.api_url}
 
 
 def make_task_runner(execution: ExecutionConfig) -> TaskRunner[Any]:
@@ -161,8 +164,9 @@ def make_task_runner(execution: ExecutionConfig) -> TaskRunner[Any]:
         from prefect_ray import RayTaskRunner  # noqa: PLC0415
 
         init: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
-        if execution.ray_address is None:
+        if execution.ray_address is None:  # a local Ray: its workers reach this host's server
             init["include_dashboard"] = False
+            init["runtime_env"] = {"env_vars": _worker_environment()}
             if execution.workers:
                 init["num_cpus"] = execution.workers
         ray_runner: TaskRunner[Any] = RayTaskRunner(address=execution.ray_address, init_kwargs=init)

@@ -39,9 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefect.server.api.server import SubprocessASGIServer
-from prefect.settings import PREFECT_API_URL
-
 from flows.runners import PrefectChunkRunner
 from irforge.artifacts import EXCLUDED, FILES, Artifact, ArtifactStore
 from irforge.config import ExecutionConfig
@@ -74,14 +71,6 @@ def _cache_state(root: Path) -> dict[str, str]:
         for p in sorted(folder.rglob("*"))
         if p.is_file() and not p.name.endswith("-shm")
     }
-
-
-def _start_prefect_server() -> None:
-    """This process's temporary Prefect server, started before the pool's workers: outside a flow
-    run Prefect starts it on first use, after flows/runners.py looked for one to hand the workers,
-    and each worker would start a server of its own (seconds and memory each)."""
-    if not PREFECT_API_URL.value():
-        SubprocessASGIServer().start()
 
 
 @contextlib.contextmanager
@@ -192,7 +181,6 @@ def check_parallel_chunks(
     check = ParallelCheck()
     with _numeric_threads(threads):
         reference = {step.name: _run_inline(step, store, pipeline.name, execution, check) for step in steps}
-        _start_prefect_server()
         pool = PrefectChunkRunner(execution("", "process"), pipeline.name)
         recording = RecordingRunner(pool)
         try:
