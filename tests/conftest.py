@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,19 @@ needs_samples = pytest.mark.skipif(
     not (SAMPLES / "articles" / "SOURCES.json").is_file(),
     reason=f"the shared sample articles are not at {SAMPLES} (they live beside the checkout, not in it)",
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_prefects_temporary_server() -> Iterator[None]:
+    """Stop a temporary Prefect server a test started while pytest's streams are open: at exit,
+    Prefect's stop message would go to a closed capture stream ("Logging error")."""
+    yield
+    if "prefect.server.api.server" in sys.modules:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        for server in list(SubprocessASGIServer._instances.values()):
+            if server.running:
+                server.stop()
 
 
 def fake_key(prefix: str, label: str) -> str:

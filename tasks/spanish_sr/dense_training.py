@@ -191,9 +191,13 @@ def save(model: SentenceTransformer, directory: Path, card: str) -> None:
     (directory / "README.md").write_text(card, encoding="utf-8")
 
 
-CALL_STATE = ("max_length", "stride", "truncation_strategy", "pad_to_multiple_of")
+CALL_STATE = (
+    *("max_length", "stride", "truncation_strategy", "pad_to_multiple_of"),
+    *("is_local", "local_files_only"),
+)
 """Keys a fast tokenizer writes into ``tokenizer_config.json`` from its last call's truncation
-and padding, not from its settings: they differ with the batches a process encoded before."""
+and padding, or from how it was loaded (``local_files_only`` turns true in a process that first
+imported huggingface_hub under ``HF_HUB_OFFLINE``), not from the model: they differ by process."""
 
 
 def drop_call_state(directory: Path) -> None:

@@ -16,7 +16,7 @@ from irforge.artifacts import Artifact
 from irforge.config import validate_config
 from irforge.engine import StageOutcome
 from irforge.errors import ConfigError
-from tasks.spanish_sr.dense_training import Settings, self_mrr, split
+from tasks.spanish_sr.dense_training import Settings, save, self_mrr, split
 from tasks.spanish_sr.stages.train_dense import SPEC, TrainDenseConfig
 from tests.spanish_sr.conftest import CT_EBM_SP, artifact_of, run_one
 from tests.spanish_sr.test_clean import clean
@@ -165,3 +165,20 @@ def test_a_grid_trains_every_point_and_keeps_the_best_on_validation(fifty: tuple
     for bad in ({"epochs": [1.5]}, {"learning_rate": [1e-5, 1e-5]}, {"momentum": [0.9]}):
         with pytest.raises(ConfigError):
             validate_config(TrainDenseConfig, SMALL | {"grid": bad}, "test")
+
+
+def test_saved_tokenizer_config_depends_on_the_model_not_on_the_process(tmp_path: Path) -> None:
+    """How a process loaded the base model and what it last encoded do not reach the saved bytes."""
+    from sentence_transformers import SentenceTransformer
+
+    from tasks.common.embed.local import builtin_model_path
+
+    base = str(builtin_model_path("builtin:all-MiniLM-L6-v2"))
+    online = SentenceTransformer(base, device="cpu", local_files_only=False)
+    offline = SentenceTransformer(base, device="cpu", local_files_only=True)
+    offline.tokenizer(["una frase larga " * 40], truncation=True, max_length=16, padding="max_length")
+    save(online, tmp_path / "a", "card")
+    save(offline, tmp_path / "b", "card")
+    first, second = ((tmp_path / d / "tokenizer_config.json").read_bytes() for d in "ab")
+    assert first == second
+    assert "model_max_length" in json.loads(first)  # the model's own settings are kept
