@@ -117,7 +117,7 @@ def run_stage(
         if force and work.exists():
             shutil.rmtree(work)
         # A whole-input stage gets one chunk however large its input is.
-        chunk_rows = _WHOLE if spec.whole_input else execution.chunk_rows
+        chunk_rows = _WHOLE if spec.whole_input else spec.chunk_rows or execution.chunk_rows
         files = work / FILES
         try:
             resumed = _prepare_work_dir(work, fp, chunk_rows)

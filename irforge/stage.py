@@ -93,16 +93,23 @@ class ArtifactSource:
 
 @dataclass(frozen=True)
 class TableSource:
-    """Rows already in memory (e.g. a file listing), cut into chunks in order."""
+    """Rows already in memory (e.g. a file listing), cut into chunks in order; ``group_by``
+    keeps the (consecutive) rows of one group in one chunk."""
 
     table: pa.Table
+    group_by: str | None = None
 
     def num_rows(self) -> int:
         return int(self.table.num_rows)
 
     def batches(self, rows: int) -> Iterator[pa.Table]:
-        for offset in range(0, self.table.num_rows, rows):
-            yield self.table.slice(offset, rows)
+        pending = self.table
+        while pending.num_rows > rows:
+            cut = _group_cut(pending, self.group_by, rows) or pending.num_rows  # None: to the end
+            yield pending.slice(0, cut)
+            pending = pending.slice(cut)
+        if pending.num_rows:
+            yield pending
 
 
 def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -161,6 +168,9 @@ class StageSpec(Generic[C]):
     kept_keys: Callable[[pa.Table], set[tuple[Any, ...]]] | None = None
     tables: Mapping[str, pa.Schema] = field(default_factory=dict)
     whole_input: bool = False  # one chunk: for rules over all rows at once (clustering, dedup)
+    # Rows a chunk, whatever ``execution.chunk_rows`` says: for rows each worth a worker
+    # (one seed's fine-tuning), or groups of a grouped source (one seed's queries).
+    chunk_rows: int | None = None
     finalize: Callable[[pa.Table, StageContext[C]], ChunkResult] | None = None
     inputs: Callable[[StageContext[C]], dict[str, Any]] = field(default=lambda _ctx: {})
     description: str = ""

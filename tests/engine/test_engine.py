@@ -287,6 +287,39 @@ def test_whole_input_stage_with_a_side_table(tmp_path: Path) -> None:
         artifact.read(table="nope")
 
 
+def test_a_stage_of_whole_groups_a_chunk_cuts_its_table_source_by_group(tmp_path: Path) -> None:
+    """``StageSpec.chunk_rows`` wins over ``execution.chunk_rows``; a grouped ``TableSource``
+    never splits a group (here: one group a chunk, the last running to the end)."""
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+    from irforge.stage import TableSource
+
+    groups = [0, 0, 0, 1, 2, 2, 3, 3, 3, 3]
+    assert [c.column("g").to_pylist() for c in TableSource(pa.table({"g": groups}), "g").batches(2)] == [
+        [0, 0, 0], [1, 2, 2], [3, 3, 3, 3]
+    ]  # fmt: skip
+    calls: list[list[int]] = []
+
+    def process(chunk: pa.Table, ctx: object) -> ChunkResult:
+        calls.append(chunk.column("g").to_pylist())
+        kept = chunk.select(["id"]).append_column("value", chunk.column("id"))
+        return ChunkResult(kept, NUMBERS.excluded_schema.empty_table())
+
+    def source(ctx: object, _inputs: object) -> TableSource:
+        return TableSource(pa.table({"id": pa.array(range(10), pa.int64()), "g": groups}), group_by="g")
+
+    stage: StageSpec[NumbersConfig] = StageSpec(
+        **{**NUMBERS.__dict__, "process": process, "source": source, "chunk_rows": 1}
+    )
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
+    cfg = config()
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"runner": "inline"})})
+    store = ArtifactStore(tmp_path)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
+    artifact = execute_step(step, store, "toy", cfg.execution).artifact
+    assert calls == [[0, 0, 0], [1], [2, 2], [3, 3, 3, 3]]  # chunk_rows 2000 in the execution config
+    assert artifact.read().column("id").to_pylist() == list(range(10))
+
+
 def test_files_a_stage_writes_are_published_with_its_artifact(tmp_path: Path) -> None:
     from irforge.pipeline import Pipeline, execute_step, select_steps
     from irforge.stage import StageContext, TableSource

@@ -15,6 +15,7 @@ from irforge.config import validate_config
 from irforge.engine import StageOutcome
 from irforge.errors import ConfigError
 from tasks.spanish_sr.stages.clean import SPEC, CleanConfig
+from tests.parallel_harness import artifact_bytes
 from tests.spanish_sr.conftest import CT_EBM_SP, MEDLINE, run_one
 from tests.spanish_sr.test_ingest import ingest
 
@@ -32,9 +33,13 @@ ENGLISH = (
 )
 
 
-def clean(root: Path, outcome: StageOutcome, **config: Any) -> StageOutcome:
+def clean(root: Path, outcome: StageOutcome, chunk_rows: int = 500, **config: Any) -> StageOutcome:
     return run_one(
-        root / "store", SPEC, validate_config(CleanConfig, config, "test"), {"ingest": outcome.artifact}
+        root / "store",
+        SPEC,
+        validate_config(CleanConfig, config, "test"),
+        {"ingest": outcome.artifact},
+        chunk_rows=chunk_rows,
     )
 
 
@@ -178,6 +183,11 @@ def test_injected_duplicates_are_found_with_full_recall_and_precision(
     recall, precision = true_positive / len(truth), true_positive / max(len(found), 1)
     assert (recall, precision) == (1.0, 1.0)
     assert outcome.artifact.count_rows() == 300
+    # In chunks of 50 records the copies (rows 300-319) and their originals (rows 0-38) never
+    # share a chunk: the duplicates are still found, the same bytes written.
+    chunked = clean(tmp_path / "chunked", ingest(tmp_path, tmp_path, "twice.jsonl"), chunk_rows=50)
+    assert chunked.artifact.manifest["chunks"]["total"] == 7
+    assert artifact_bytes(chunked.artifact) == artifact_bytes(outcome.artifact)
 
 
 def test_most_complete_copy_is_kept(tmp_path: Path, demo: tuple[list[dict[str, Any]], StageOutcome]) -> None:

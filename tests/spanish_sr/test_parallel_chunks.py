@@ -2,8 +2,9 @@
 to ``train_rerank`` (shorter texts and lists: CPU seconds), its chunks on a process pool: the
 inline bytes, stage by stage (tests/parallel_harness.py).
 
-Two seeds, so that each training stage has two chunks (one per seed): each seed's model, saved
-under the artifact's ``files/<seed>/``, is the same bytes whichever process trained it.
+Two seeds, so that each training stage and ``hybrid`` have two chunks (one per seed): each
+seed's model, saved under the artifact's ``files/<seed>/``, is the same bytes whichever process
+trained it. ``clean`` runs in two chunks and finds its duplicates across them.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from tests.spanish_sr.conftest import CT_EBM_SP
 DEMO = REPO / "flows" / "configs" / "spanish_sr.yaml"
 RECORDS = 40
 SEEDS = [42, 43]
-STAGE_CHUNK_ROWS = {"questions": 20}  # 40 questions; the training stages: one seed a chunk
-PARALLEL = {"questions", "train_dense", "train_rerank"}
-WHOLE_INPUT = {"ingest", "clean", "bm25", "hybrid"}
+STAGE_CHUNK_ROWS = {"clean": 20, "questions": 20}  # 40 records; training, hybrid: a seed a chunk
+PARALLEL = {"clean", "questions", "train_dense", "hybrid", "train_rerank"}
+WHOLE_INPUT = {"ingest", "bm25"}
 
 pytestmark = pytest.mark.slow  # a process pool, a Prefect server, two fine-tunings a stage
 
@@ -71,8 +72,10 @@ def check(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ParallelCheck]:
 def test_every_chunked_stage_ran_in_several_chunks(check: ParallelCheck) -> None:
     assert check.parallel == PARALLEL and check.whole_input == WHOLE_INPUT and not check.inline_only
     assert {name: check.chunks[name] for name in PARALLEL} == {
+        "clean": 2,
         "questions": 2,
         "train_dense": 2,
+        "hybrid": 2,
         "train_rerank": 2,
     }
     assert {name: check.chunks[name] for name in WHOLE_INPUT} == dict.fromkeys(WHOLE_INPUT, 1)

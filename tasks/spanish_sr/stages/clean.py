@@ -22,6 +22,9 @@ Per record, in this order (issue 17 §2):
    linked transitively) → ``duplicate_of``. Kept per cluster: the most complete record
    (most of title, abstract, language, year, DOI, descriptors filled), then the longer
    abstract, then the earliest in input order; the detail names it and the similarity.
+
+Steps 1-4 run per chunk (on the flow's workers); step 5 runs once over every record that
+passed them (the stage's ``finalize``), so a duplicate is found across chunks.
 """
 
 from __future__ import annotations
@@ -191,6 +194,7 @@ def duplicate_groups(rows: list[dict[str, Any]], threshold: float) -> list[list[
 
 
 def process(chunk: pa.Table, ctx: StageContext[CleanConfig]) -> ChunkResult:
+    """Steps 1-4, record by record (chunks run anywhere, in any order)."""
     excluded: list[dict[str, Any]] = []
     survivors: list[dict[str, Any]] = []
     for row in chunk.to_pylist():
@@ -199,17 +203,23 @@ def process(chunk: pa.Table, ctx: StageContext[CleanConfig]) -> ChunkResult:
             survivors.append(row)
         else:
             excluded.append(_excluded(row, *verdict))
-    kept: list[int] = []
+    return ChunkResult(rows_to_table(survivors, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA))
+
+
+def deduplicate(kept: pa.Table, ctx: StageContext[CleanConfig]) -> ChunkResult:
+    """Step 5 over every record that passed steps 1-4, in input order."""
+    survivors = kept.to_pylist()
+    chosen: list[int] = []
+    excluded: list[dict[str, Any]] = []
     for group in duplicate_groups(survivors, ctx.config.duplicate_threshold):
         first = survivors[group[0]]
-        kept.append(group[0])
+        chosen.append(group[0])
         for i in group[1:]:
             other = survivors[i]
             similarity = Levenshtein.normalized_similarity(normalise(_text(other)), normalise(_text(first)))
             detail = f"kept {first['record_id']}, similarity {similarity:.3f}"
             excluded.append({**_excluded(other, "duplicate_of", detail), "duplicate_of": first["record_id"]})
-    rows = [survivors[i] for i in sorted(kept)]  # input order
-    return ChunkResult(rows_to_table(rows, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA))
+    return ChunkResult(kept.take(sorted(chosen)), rows_to_table(excluded, EXCLUDED_SCHEMA))
 
 
 def _excluded(row: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
@@ -234,6 +244,6 @@ SPEC: StageSpec[CleanConfig] = StageSpec(
     key=("source", "record"),
     source=upstream_source("ingest"),
     process=process,
-    whole_input=True,
+    finalize=deduplicate,
     description="Mojibake repaired, placeholder/short/wrong-language abstracts and duplicates excluded.",
 )

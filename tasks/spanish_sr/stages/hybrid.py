@@ -14,7 +14,8 @@ Units: ``(seed, query_id)``. Kept: one row per seed, query, method and rank up t
 seed's split), ``method``, ``rank``, ``record_id``, ``score`` (the method's),
 ``bm25_score``, ``dense_score``. Side table ``fusion``: the settings (methods, λ, top N, RRF k
 and depth), one row, so that ``evaluate`` ranks review queries the same way. Excluded: ``empty_query`` (a question with no letter or digit).
-Whole input: the corpus is indexed and encoded once per seed.
+Chunks: one seed's queries each (the corpus is indexed and encoded once per seed), on a GPU
+worker where the encoder runs on one; the chunk of the first seed writes the ``fusion`` row.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from pydantic import Field, field_validator
 from irforge.config import StrictModel
 from irforge.errors import IrforgeError
 from irforge.fingerprint import Transport
+from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.embed.local import SentenceTransformerEncoder
+from tasks.common.models.hub import on_gpu
 from tasks.common.search.fusion import DEFAULT_K
 from tasks.spanish_sr.fusion_scores import METHODS, Bm25Params, Fusion, Method, first_stage
 
@@ -118,7 +121,7 @@ def _queries(ctx: StageContext[HybridConfig], _inputs: dict[str, Any]) -> TableS
         for r in sorted(split, key=lambda r: (r["seed"], r["record_id"]))
         if r["part"] in ctx.config.parts and r["record_id"] in question
     ]
-    return TableSource(rows_to_table(rows, QUERIES))
+    return TableSource(rows_to_table(rows, QUERIES), group_by="seed")
 
 
 def process(chunk: pa.Table, ctx: StageContext[HybridConfig]) -> ChunkResult:
@@ -153,11 +156,17 @@ def process(chunk: pa.Table, ctx: StageContext[HybridConfig]) -> ChunkResult:
     f = config.fusion()
     fusion = {"methods": list(f.methods), "bm25_weight": f.bm25_weight, "top_n": f.top_n}
     fusion |= {"rrf_k": f.rrf_k, "rrf_depth": f.rrf_depth}
+    first = chunk.num_rows > 0 and chunk["seed"][0].as_py() == _queries(ctx, {}).table["seed"][0].as_py()
     return ChunkResult(
         rows_to_table(kept, SCHEMA),
         rows_to_table(excluded, EXCLUDED_SCHEMA),
-        tables={"fusion": rows_to_table([fusion], FUSION_SCHEMA)},
+        tables={"fusion": rows_to_table([fusion] if first else [], FUSION_SCHEMA)},
     )
+
+
+def resources(config: HybridConfig) -> Resources:
+    """A GPU per seed where the encoder runs on one (:func:`~tasks.common.models.hub.on_gpu`)."""
+    return Resources(num_gpus=1, memory_mb=4096) if on_gpu(config.device) else CPU
 
 
 SPEC: StageSpec[HybridConfig] = StageSpec(
@@ -170,7 +179,8 @@ SPEC: StageSpec[HybridConfig] = StageSpec(
     key=("seed", "query_id"),
     source=_queries,
     process=process,
-    whole_input=True,
+    resources=resources,
+    chunk_rows=1,  # with the grouped source: one seed's queries a chunk
     tables={"fusion": FUSION_SCHEMA},
     description="BM25, dense and their fusions (paper 004 eq. 3, min-max, z-score, RRF): top-N per query.",
 )

@@ -267,6 +267,7 @@ SPEC: StageSpec[TrainDenseConfig] = StageSpec(
     source=_seeds,
     process=process,
     resources=resources,
+    chunk_rows=1,  # one seed a chunk: each fine-tuning on a worker (a GPU) of its own
     tables={"split": SPLIT_SCHEMA, "history": HISTORY_SCHEMA, "grid": GRID_SCHEMA},
     description="Sentence-transformers dual encoder fine-tuned on the question pairs, one model per seed.",
 )

@@ -262,6 +262,7 @@ SPEC: StageSpec[TrainRerankConfig] = StageSpec(
     source=_seeds,
     process=process,
     resources=resources,
+    chunk_rows=1,  # one seed a chunk: each fine-tuning on a worker (a GPU) of its own
     tables={"history": HISTORY_SCHEMA, "lists": LISTS_SCHEMA},
     description="Cross-encoder reranker fine-tuned listwise on the hybrid candidates, one model per seed.",
 )
