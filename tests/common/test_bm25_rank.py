@@ -149,6 +149,20 @@ def test_threads_do_not_change_results() -> None:
     assert np.array_equal(one.counts, two.counts)
 
 
+def test_a_query_scores_the_same_bits_in_any_batch() -> None:
+    """Chunks of a stage search different batches of queries: each query's scores must not
+    depend on the queries searched beside it (BM25+'s constant included)."""
+    corpus, queries = zipf_corpus(12, docs=800, vocabulary=300, queries=120)
+    vocabulary, tokens, starts = encode_documents(corpus)
+    index = RankBm25.build(tokens, starts, len(vocabulary), Params("plus"))
+    whole = index.search(*encode_queries(queries, vocabulary), 30)
+    for first in (0, 37, 90):
+        part = index.search(*encode_queries(queries[first : first + 23], vocabulary), 30)
+        at = slice(first, first + 23)
+        assert whole.scores[at].tobytes() == part.scores.tobytes()
+        assert np.array_equal(whole.rows[at], part.rows) and np.array_equal(whole.counts[at], part.counts)
+
+
 def test_id_rank_breaks_ties() -> None:
     corpus = [["a"], ["a"], ["a"], ["b"]]
     vocabulary, tokens, starts = encode_documents(corpus)

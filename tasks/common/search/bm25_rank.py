@@ -130,13 +130,17 @@ class RankBm25:
         return len(self.norms)
 
     def constant(self, q_terms: I32, q_starts: I64) -> F64:
-        """Per query, what every document scores for it (BM25+'s ``idf * delta`` summed; else 0)."""
+        """Per query, what every document scores for it (BM25+'s ``idf * delta`` summed; else 0).
+
+        Each query's tokens are summed on their own, in order, so a query scores the same bits
+        in any batch of queries (a running sum over the batch would not)."""
         per_token = np.zeros(len(q_terms), dtype=np.float64)
         if self.params.variant == "plus":
             known = q_terms >= 0
             per_token[known] = self.idf[q_terms[known]] * self.params.delta_value
-        sums = np.concatenate([[0.0], np.cumsum(per_token)])
-        out: F64 = sums[q_starts[1:]] - sums[q_starts[:-1]]
+        queries = len(q_starts) - 1
+        owner = np.repeat(np.arange(queries), np.diff(q_starts))
+        out: F64 = np.bincount(owner, weights=per_token, minlength=queries).astype(np.float64)
         return out
 
     def all_scores(self, q_terms: I32, q_starts: I64) -> tuple[F64, list[int]]:
