@@ -13,17 +13,15 @@ Real stage specs, real engine (``execute_step``, forced), chunks ``INLINE`` or o
   bench_dedup.py), every 100th a one-typo copy of the one before (variants for the dedup).
 * **dedup**: passage variant dedup of what the filter kept: ``similar_pairs`` (0.9) of
   tasks/common/text/variants.py, clusters, the longest kept; a **whole-input** stage (one chunk,
-  inline whatever the runner). Not CURE's ``dedup`` (annotation records, and ``containments`` of
-  every passage in every other: ~100 s per 40k passages, superlinear), nor spanish_sr's ``clean``
-  (mostly ftfy, language ids). Its numba kernels have no ``prange``: one thread, whatever the cores.
+  inline whatever the runner; numba kernels without ``prange``: one thread). Not CURE's ``dedup``
+  (annotation records, ``containments`` of every passage in every other: superlinear).
 * **candidates**: crossgenre's ``candidates`` (BM25, BM25+, BM25+†, top 500), ``--claims``
   headlines in ``--candidate-chunks`` chunks against ``--abstracts`` abstracts resampled from
   the real MEDLINE records of data/crossgenre/medline (bench_crossgenre_bm25.synthesise), as
-  ``claims`` (cited abstracts: its ``corpus`` table) and ``distractors``. The stage is
-  whole-input (one chunk: it builds the index over all abstracts once); each repeat has a
-  fingerprint of its own (``elasticsearch_index``, unused here). ``threads``: the cores inline,
-  1 per worker. The figures of bench/results/scale.json were taken with a chunked variant (the
-  index built once per worker), slower on workers: see that file's note.
+  ``claims`` (cited abstracts: its ``corpus`` table) and ``distractors``. The first chunk on a
+  host builds the analysed corpus and the indexes once (threads: every core it may use), the
+  others wait and memory-map them (tasks/crossgenre/candidate_index.py); each repeat has a
+  fingerprint of its own (``elasticsearch_index``, unused here).
 
 A core setting pins this process and its threads (so its workers) to the first N CPUs; ``all``
 = every CPU; equal settings run once. Each (runner, cores) starts its runner once, warmed by a
@@ -54,7 +52,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -218,12 +215,12 @@ class Bench:
         execution = ExecutionConfig(chunk_rows=chunk_rows)
         return execute_step(Step(plan, force=True), self.store, FLOW, execution, runner=runner)
 
-    def stage(self, name: str, tag: str, threads: int) -> tuple[StagePlan, int]:
+    def stage(self, name: str, tag: str) -> tuple[StagePlan, int]:
         """The plan of a timed stage (``tag``: runner, cores, repeat) and its chunk size."""
         passages = math.ceil(self.rows["segment"] / self.args.filter_chunks)
         headlines = math.ceil(self.rows["claims"] / self.args.candidate_chunks)
         if name == "candidates":
-            config = candidates.CandidatesConfig(threads=threads, elasticsearch_index=f"bench-{tag}")
+            config = candidates.CandidatesConfig(elasticsearch_index=f"bench-{tag}")
             return self.plan(candidates.SPEC, config), headlines
         specs: dict[str, tuple[StageSpec[Any], int]] = {
             "filter": (cure_filter.SPEC, passages), "noop_filter": (NOOP_FILTER, passages),
@@ -255,7 +252,7 @@ def rss_mb() -> float:
     return total / 2**20
 
 
-@contextmanager
+@contextlib.contextmanager
 def peak_rss() -> Iterator[list[float]]:
     """``[peak MB]`` while the block runs (:func:`rss_mb`), sampled every 0.2 s."""
     peak, stop = [0.0], threading.Event()
@@ -285,7 +282,7 @@ def pin(cores: int) -> None:
             continue
 
 
-@contextmanager
+@contextlib.contextmanager
 def started(kind: str, cores: int, bench: Bench) -> Iterator[tuple[ChunkRunner, float]]:
     """The runner, warmed by a no-op stage of two chunks per worker, and what that took."""
     if kind == "inline":
@@ -310,10 +307,10 @@ def run_config(bench: Bench, kind: str, cores: int, console: Console) -> dict[st
     out: dict[str, Any] = {"runner": kind, "cores": cores, "stages": {}}
     with started(kind, cores, bench) as (runner, startup):
         out["startup_s"] = startup
-        for name in ("filter", "noop_filter", "dedup", "candidates", "noop_candidates"):
+        for name in [n for s in bench.args.stage_list for n in (s, f"noop_{s}") if n != "noop_dedup"]:
             runs: list[tuple[float, float, int, float, float]] = []
             for r in range(bench.args.repeat):
-                plan, chunk_rows = bench.stage(name, f"{kind}-{cores}-r{r}", cores if kind == "inline" else 1)
+                plan, chunk_rows = bench.stage(name, f"{kind}-{cores}-r{r}")
                 with peak_rss() as peak:
                     outcome, wall = common.timed(functools.partial(bench.run, plan, chunk_rows, runner))
                 bench.fps[plan.spec.name] = outcome.artifact.fingerprint  # the filter's, for the dedup
@@ -325,7 +322,7 @@ def run_config(bench: Bench, kind: str, cores: int, console: Console) -> dict[st
                                    "process_s": statistics.median(process), "peak_mb": max(peaks),
                                    "overhead_ms_per_chunk": 1000 * statistics.median(overheads)}  # fmt: skip
             console.print(f"  {kind} x{cores} {name}: {out['stages'][name]['wall_s']:.2f} s")
-    for name in ("filter", "candidates"):
+    for name in {"filter", "candidates"} & set(bench.args.stage_list):
         noop_stage = out["stages"].pop(f"noop_{name}")
         out["stages"][name]["noop_ms_per_chunk"] = 1000 * noop_stage["wall_s"] / noop_stage["chunks"]
     return out
@@ -341,6 +338,7 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     add("--candidate-chunks", type=int, default=8)
     add("--cores", default=None, help="core settings, numbers or 'all' (default 1,2,all; --quick: all)")
     add("--runners", default="inline,process,ray")
+    add("--stages", default=",".join(STAGES), help=f"timed stages (default {','.join(STAGES)})")
     add("--repeat", type=int, default=3, help="timed runs per stage and setting (the median is shown)")
     add("--seed", type=int, default=0)
     add("--root", type=Path, default=None, help="artifact store (default: a temporary folder)")
@@ -353,14 +351,16 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     every = len(CPUS)
     settings = (args.cores or ("all" if args.quick else "1,2,all")).split(",")
     args.core_list = list(dict.fromkeys(every if c == "all" else min(int(c), every) for c in settings))
+    chosen = args.stages.split(",")  # the dedup's input is the filter's output
+    args.stage_list = [s for s in STAGES if s in chosen or (s == "filter" and "dedup" in chosen)]
     return args
 
 
 def show(configs: list[dict[str, Any]], console: Console) -> None:
     inline = sorted((c for c in configs if c["runner"] == "inline"), key=lambda c: int(c["cores"]))
-    base = {s: inline[0]["stages"][s]["wall_s"] for s in STAGES} if inline else {}
+    base = {s: inline[0]["stages"][s]["wall_s"] for s in inline[0]["stages"]} if inline else {}
     versus = f"inline on {inline[0]['cores']} core(s)" if inline else "nothing (no inline run)"
-    for stage in STAGES:
+    for stage in [s for s in STAGES if s in configs[0]["stages"]]:
         table = common.figures_table(f"{stage}: medians; speed-up vs {versus}", COLUMNS, left=2)
         for c in configs:
             s = c["stages"][stage]

@@ -44,6 +44,7 @@ log = logging.getLogger("irforge")
 
 StageState = Literal["reused", "computed", "resumed"]
 _WHOLE = 2**62
+SCRATCH = "scratch"  # in the work dir: what a stage's chunks build once and share (StageContext.scratch_dir)
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def run_stage(
         try:
             resumed = _prepare_work_dir(work, fp, chunk_rows)
             files.mkdir(exist_ok=True)
-            context = replace(plan.context, files_dir=files, fingerprint=fp)
+            context = replace(plan.context, files_dir=files, scratch_dir=work / SCRATCH, fingerprint=fp)
             running = StagePlan(spec, context, plan.upstream_fingerprints, plan.inputs)
             totals = _run_chunks(running, work, chunk_rows, progress or NullProgress(), runner)
         except BaseException:
@@ -133,11 +134,12 @@ def run_stage(
         tmp = store.new_tmp_dir(flow, spec.name, fp)
         try:
             kept, excluded = _chunk_outputs(spec, work, totals.chunks)
+            final_tables: dict[str, pa.Table] = {}
             if spec.finalize is not None:
-                kept, extra = _finalize(plan, kept, totals)
+                kept, extra, final_tables = _finalize(running, kept, totals)
                 excluded = [*excluded, extra]
             _write_artifact(spec, kept, excluded, tmp, execution.part_rows)
-            totals.tables = _write_side_tables(spec, work, totals.chunks, tmp)
+            totals.tables = _write_side_tables(spec, work, totals.chunks, tmp, final_tables)
             if any(files.iterdir()):
                 files.rename(tmp / FILES)
             wall = time.perf_counter() - started
@@ -183,9 +185,9 @@ def _prepare_work_dir(work: Path, fp: str, chunk_rows: int) -> int:
 
 
 def _drop_if_unfinished(work: Path) -> None:
-    """Delete a work dir that holds no finished chunk (the stage failed before the first
-    one, e.g. on a config error); one with finished chunks is kept for the resumed run."""
-    if not any(work.glob("chunk-*.json")):
+    """Delete a work dir that holds no finished chunk and nothing built in its scratch dir (the
+    stage failed before the first one, e.g. on a config error); else keep it for the resumed run."""
+    if not any(work.glob("chunk-*.json")) and not any((work / SCRATCH).glob("*")):
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -326,7 +328,8 @@ def _chunk_outputs(
 
 def _finalize(
     plan: StagePlan, kept: Iterator[pa.Table], totals: Totals
-) -> tuple[Iterator[pa.Table], pa.Table]:
+) -> tuple[Iterator[pa.Table], pa.Table, dict[str, pa.Table]]:
+    """``finalize`` over all kept rows; the side tables it returns replace the chunks' ones."""
     spec = plan.spec
     assert spec.finalize is not None
     before = pa.concat_tables([spec.schema.empty_table(), *kept])
@@ -341,7 +344,8 @@ def _finalize(
     totals.units_kept = len(units_after)
     totals.units_excluded += len(units_extra)
     totals.reasons.update(extra.column("reason").to_pylist())
-    return iter([after]), extra
+    tables = {n: t for n, t in _conform_tables(spec, result).items() if n in result.tables}
+    return iter([after]), extra, tables
 
 
 def _write_artifact(
@@ -373,11 +377,16 @@ def _write_artifact(
     pq.write_table(table, out / EXCLUDED, compression=PARQUET_COMPRESSION)
 
 
-def _write_side_tables(spec: StageSpec[Any], work: Path, chunks: int, out: Path) -> dict[str, int]:
+def _write_side_tables(
+    spec: StageSpec[Any], work: Path, chunks: int, out: Path, final: dict[str, pa.Table]
+) -> dict[str, int]:
     rows = {}
     for name, schema in spec.tables.items():
-        parts = [pq.read_table(_side_table_path(work, i, name)).cast(schema) for i in range(chunks)]
-        table = pa.concat_tables([schema.empty_table(), *parts]).combine_chunks()
+        if name in final:
+            table = final[name].combine_chunks()
+        else:
+            parts = [pq.read_table(_side_table_path(work, i, name)).cast(schema) for i in range(chunks)]
+            table = pa.concat_tables([schema.empty_table(), *parts]).combine_chunks()
         pq.write_table(table, out / f"{name}.parquet", compression=PARQUET_COMPRESSION)
         rows[name] = table.num_rows
     return rows

@@ -61,6 +61,10 @@ class StageContext(Generic[C]):
     # index): they are published with it under ``<artifact>/files/`` (Artifact.files).
     # Set only while the stage runs; kept across a resumed run like finished chunks.
     files_dir: Path | None = None
+    # Where chunks keep what they build once and share on this host (an index they all
+    # search): kept across a resumed run, deleted when the artifact is published. A worker on
+    # another host finds the path empty and builds its own. Set only while the stage runs.
+    scratch_dir: Path | None = None
     fingerprint: str | None = None  # this stage's, while it runs (names external resources)
 
 
@@ -145,7 +149,8 @@ class StageSpec(Generic[C]):
     their whole input as one chunk.
 
     ``finalize`` sees all kept rows at once, for rules no chunk can check alone (e.g. one
-    row per article id); it may move rows to the excluded ones, never add or drop any.
+    row per article id); it may move rows to the excluded ones, never add or drop any. The
+    side tables it returns replace those of the chunks (figures over every row: a recall).
 
     ``resources`` (:class:`irforge.parallel.Resources`) says what a chunk needs from the
     worker that runs it; chunks of one stage may run in parallel, in any order, in other

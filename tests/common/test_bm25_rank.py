@@ -163,6 +163,21 @@ def test_a_query_scores_the_same_bits_in_any_batch() -> None:
         assert np.array_equal(whole.rows[at], part.rows) and np.array_equal(whole.counts[at], part.counts)
 
 
+def test_an_index_saved_and_memory_mapped_searches_the_same(tmp_path: Path) -> None:
+    from tasks.common.search import bm25_rank_files
+
+    corpus, queries = zipf_corpus(13, docs=600, vocabulary=300, queries=50)
+    vocabulary, tokens, starts = encode_documents(corpus)
+    q_terms, q_starts = encode_queries(queries, vocabulary)
+    for params in (Params("okapi"), Params("plus", k1=1.2, delta=0.5)):
+        index = RankBm25.build(tokens, starts, len(vocabulary), params)
+        bm25_rank_files.save(index, tmp_path / params.variant)
+        mapped = bm25_rank_files.load(tmp_path / params.variant)
+        assert mapped.params == params and not mapped.matrix.weights.flags.owndata  # the file's pages
+        one, two = index.search(q_terms, q_starts, 25), mapped.search(q_terms, q_starts, 25)
+        assert one.scores.tobytes() == two.scores.tobytes() and np.array_equal(one.rows, two.rows)
+
+
 def test_id_rank_breaks_ties() -> None:
     corpus = [["a"], ["a"], ["a"], ["b"]]
     vocabulary, tokens, starts = encode_documents(corpus)

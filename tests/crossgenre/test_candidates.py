@@ -30,6 +30,7 @@ from tasks.crossgenre.stages.candidates import SPEC, CandidatesConfig, port_cand
 from tasks.crossgenre.stages.claims import SCHEMA as CLAIMS
 from tests.crossgenre.conftest import MEDLINE, NEWS, artifact_of, run_one
 from tests.fakes.es_server import FakeElasticsearch, es_server
+from tests.parallel_harness import artifact_bytes
 
 __all__ = ["es_server"]  # the fixture, used by parameter name below
 
@@ -142,6 +143,28 @@ def test_gold_headlines_match_rank_bm25_and_recall(tmp_path: Path) -> None:
     assert bp["long_forms"] == ["blood pressure", "bipolar disorder", "British Pharmacopoeia"]
     assert bp["documents"] >= 3  # the three cited records at least hold both words
     assert outcome.artifact.excluded().num_rows == 0
+
+
+def test_chunks_give_the_bytes_of_one_chunk_and_the_recall_of_every_headline(tmp_path: Path) -> None:
+    """Headlines in chunks of 2 (the index built once, in the stage's scratch dir, shared by
+    every chunk): the same rows, exclusions, recall and expansions as in one chunk."""
+    claims = [*gold(), *BP_HEADLINES, NOTHING]
+    config = CandidatesConfig(top_k=50, recall_at=[1, 5, 50])
+    base = Path(__file__).parent
+    up = upstream(tmp_path / "up", claims)
+    whole = run_one(tmp_path / "whole", SPEC, config, up, base_dir=base, chunk_rows=500)
+    chunked = run_one(tmp_path / "chunked", SPEC, config, up, base_dir=base, chunk_rows=2)
+    assert chunked.artifact.manifest["chunks"]["total"] == math.ceil(len(claims) / 2) > 5
+    assert whole.artifact.manifest["chunks"]["total"] == 1
+    assert artifact_bytes(chunked.artifact) == artifact_bytes(whole.artifact)
+    assert whole.artifact.excluded().column("query_id").to_pylist() == ["none"]
+    assert {r["queries"] for r in whole.artifact.read(table="recall").to_pylist()} == {len(claims)}
+    assert [r["abbreviation"] for r in chunked.artifact.read(table="expansions").to_pylist()] == ["BP"]
+    rows = whole.artifact.read(columns=["query_id", "variant", "rank"]).to_pylist()
+    order = [(r["query_id"], config.variants.index(r["variant"]), r["rank"]) for r in rows]
+    position = {q: i for i, (q, _, _) in enumerate(claims)}
+    assert order == sorted(order, key=lambda o: (position[o[0]], o[1], o[2]))  # by query, variant, rank
+    assert not (chunked.artifact.path.parent / f".work-{chunked.artifact.fingerprint}").exists()
 
 
 def test_headline_without_a_known_term_is_excluded(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ from tasks.crossgenre.stages.resolve import ResolveConfig
 from tests.parallel_harness import ParallelCheck, check_parallel_chunks
 
 CHUNK_ROWS = 3  # 14 pages, 11 claims: 4 or 5 chunks a stage
-PARALLEL = {"ingest", "extract", "journal_links", "single_study", "resolve", "pairs"}
-WHOLE_INPUT = {"claims", "distractors", "candidates", "splits"}
+PARALLEL = {"ingest", "extract", "journal_links", "single_study", "resolve", "candidates", "pairs"}
+WHOLE_INPUT = {"claims", "distractors", "splits"}
 
 pytestmark = pytest.mark.slow  # a process pool and a Prefect server
 

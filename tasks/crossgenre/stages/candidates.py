@@ -16,17 +16,21 @@ headlines expanded), top 500 per headline, recall@1/5/20/100/500.
   ``match`` query: Lucene's BM25 (k1 1.2, b 0.75), so ``okapi`` and ``plus`` give the same
   list there; the index is dropped after the search. (The port wants a vector per passage:
   a constant one-dimensional one, ``flat``, which no query reads; ``flat`` needs ES 8.13+.)
-- Rows: one per (query, variant, rank); ``relevant`` = the doc is one the headline cites.
-  A headline no variant finds any document for is excluded ``no_candidates``. Only
-  documents holding a query term are candidates (a list can be shorter than ``top_k``).
-- Side tables: ``recall`` (per variant and k: the mean over all input headlines of the share
-  of their cited PMIDs in the top k, the paper's Table 2) and ``expansions`` (the
-  abbreviations expanded in ``plus_pre``'s queries, with their counts and long forms).
+- Rows: one per (query, variant, rank), in that order; ``relevant`` = the doc is one the
+  headline cites. A headline no variant finds any document for is excluded ``no_candidates``.
+  Only documents holding a query term are candidates (a list can be shorter than ``top_k``).
+- Chunks: headlines, on the flow's workers. The analysed corpus, the expansion plan (over all
+  headlines) and the indexes are built once per host and memory-mapped by every chunk
+  (:mod:`tasks.crossgenre.candidate_index`). On Elasticsearch the headlines are one chunk.
+- Side tables, over all headlines (``finalize``): ``recall`` (per variant and k: the mean over
+  all input headlines of the share of their cited PMIDs in the top k, the paper's Table 2)
+  and ``expansions`` (the abbreviations expanded in ``plus_pre``'s queries, with their
+  counts and long forms).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -40,37 +44,24 @@ from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from irforge.fingerprint import Transport, digest_file
 from irforge.stage import (
+    ArtifactSource,
     ChunkResult,
+    Source,
     StageContext,
     StageSpec,
     exclusion_schema,
     rows_to_table,
-    upstream_source,
 )
-from tasks.common.search.bm25_rank import Params, RankBm25, Ranking, encode_queries
+from tasks.common.search.bm25_rank import Ranking, encode_queries
 from tasks.common.search.elastic.backend import ElasticsearchBackend
 from tasks.common.search.elastic.dsl import MAX_RESULT_WINDOW
 from tasks.common.search.elastic.options import ElasticsearchOptions
 from tasks.common.search.port import PASSAGE_SCHEMA, Hit, SearchBackend, SearchError
-from tasks.crossgenre.preprocess import (
-    Analysis,
-    Expansion,
-    Tokenised,
-    analyse_corpus,
-    analyse_queries,
-    expansion_words,
-    load_abbreviations,
-    phrase_documents,
-    plan_expansions,
-)
+from tasks.crossgenre.candidate_index import VARIANTS, Shared, shared
+from tasks.crossgenre.preprocess import Analysis, Expansion, Tokenised, analyse_queries, expansion_words
 
 VariantName = Literal["okapi", "plus", "plus_pre"]
 ALL_VARIANTS: tuple[VariantName, ...] = ("okapi", "plus", "plus_pre")
-_VARIANTS: dict[str, tuple[Literal["okapi", "plus"], Analysis]] = {
-    "okapi": ("okapi", "plain"),
-    "plus": ("plus", "plain"),
-    "plus_pre": ("plus", "pre"),
-}
 I64 = npt.NDArray[np.int64]
 ABBREVIATIONS = "../../data/crossgenre/abbreviations/wikipedia_abbreviation_database.csv"
 
@@ -145,38 +136,22 @@ def _inputs(ctx: StageContext[CandidatesConfig]) -> dict[str, Any]:
     return {"abbreviations": digest_file(path)}
 
 
-def _corpus(ctx: StageContext[CandidatesConfig]) -> tuple[pa.Array, pa.Array]:
-    """(doc ids sorted, their texts): claims' corpus ∪ distractors, a doc id once (claims' first)."""
-    columns = ["doc_id", "title", "abstract"]
-    parts = [
-        ctx.upstream["claims"].read(columns=columns, table="corpus"),
-        ctx.upstream["distractors"].read(columns=columns),
-    ]
-    table = pa.concat_tables([t.cast(parts[0].schema) for t in parts])
-    ids, first = np.unique(table.column("doc_id").to_numpy(zero_copy_only=False), return_index=True)
-    table = table.take(pa.array(first))
-    text = table.column("abstract").combine_chunks()
-    if ctx.config.document == "title_abstract":
-        text = pc.binary_join_element_wise(table.column("title").cast(pa.large_string()), text, "\n")
-    return pa.array(ids.tolist(), pa.string()), pc.fill_null(text, "")
-
-
 def process(chunk: pa.Table, ctx: StageContext[CandidatesConfig]) -> ChunkResult:
+    """This chunk's headlines searched in the shared corpus and indexes (:func:`shared`); rows
+    by query, then variant, then rank, so the artifact does not depend on the chunking."""
     config = ctx.config
     query_ids = chunk.column("query_id").combine_chunks()
     headlines = chunk.column("headline").to_pylist()
     cited = [set(p) for p in chunk.column("pmids").to_pylist()]
-    doc_ids, texts = _corpus(ctx)
-    analyses = sorted({_VARIANTS[v][1] for v in config.variants})
-    corpora = {a: analyse_corpus(texts, a, config.threads) for a in analyses}
-    plan = _plan(ctx, headlines, corpora["pre"]) if "pre" in corpora else []
-    queries = {a: analyse_queries(headlines, a, expansion_words(plan)) for a in analyses}
-    rank = _embedded(config) if config.backend == "embedded" else _port(config, ctx, doc_ids)
+    built = shared(ctx)
+    doc_ids = built.doc_ids
+    queries = {a: analyse_queries(headlines, a, expansion_words(built.plan)) for a in built.corpora}
+    rank = _embedded(config, built) if config.backend == "embedded" else _port(config, ctx, doc_ids)
     if not len(doc_ids):  # nothing to search: every headline is excluded below
         rank = _nothing(config.top_k)
-    rankings = {v: rank(v, corpora[_VARIANTS[v][1]], queries[_VARIANTS[v][1]]) for v in config.variants}
+    rankings = {v: rank(v, built.corpora[VARIANTS[v][1]], queries[VARIANTS[v][1]]) for v in config.variants}
     relevant = _relevance(doc_ids, cited)
-    placed = {v: _Placed.of(r, len(doc_ids), relevant) for v, r in rankings.items()}
+    placed: dict[str, _Placed] = {v: _Placed.of(r, len(doc_ids), relevant) for v, r in rankings.items()}
     found = np.zeros(len(headlines), dtype=np.bool_)
     for ranking in rankings.values():
         found |= ranking.counts > 0
@@ -184,22 +159,17 @@ def process(chunk: pa.Table, ctx: StageContext[CandidatesConfig]) -> ChunkResult
         {"reason": "no_candidates", "detail": _no_candidates(queries, i), "query_id": query_ids[i].as_py()}
         for i in np.flatnonzero(~found).tolist()
     ]
-    return ChunkResult(
-        pa.concat_tables([_rows(v, p, query_ids, doc_ids) for v, p in placed.items()]),
-        rows_to_table(excluded, EXCLUDED_SCHEMA),
-        {"recall": _recall(placed, cited, config.recall_at), "expansions": _expansions(plan)},
-    )
+    return ChunkResult(_rows(placed, query_ids, doc_ids), rows_to_table(excluded, EXCLUDED_SCHEMA))
 
 
-def _plan(ctx: StageContext[CandidatesConfig], headlines: list[str], corpus: Tokenised) -> list[Expansion]:
-    dictionary = load_abbreviations((ctx.base_dir / ctx.config.abbreviations).resolve())
-    return plan_expansions(
-        headlines,
-        dictionary,
-        ctx.config.abbreviation_min_count,
-        lambda terms: phrase_documents(corpus, terms),
-        min_documents=ctx.config.abbreviation_min_documents,
-    )
+def finalize(kept: pa.Table, ctx: StageContext[CandidatesConfig]) -> ChunkResult:
+    """Every row kept; the figures over all headlines: ``recall`` and ``expansions``."""
+    claims = ctx.upstream["claims"].read(columns=["query_id", "pmids"])
+    tables = {
+        "recall": _recall(kept, claims, ctx.config.variants, ctx.config.recall_at),
+        "expansions": _expansions(shared(ctx).plan),
+    }
+    return ChunkResult(kept, EXCLUDED_SCHEMA.empty_table(), tables)
 
 
 def _no_candidates(queries: dict[Analysis, list[list[str]]], i: int) -> str:
@@ -210,15 +180,12 @@ def _no_candidates(queries: dict[Analysis, list[list[str]]], i: int) -> str:
 Ranker = Callable[[str, Tokenised, list[list[str]]], Ranking]
 
 
-def _embedded(config: CandidatesConfig) -> Ranker:
-    """rank_bm25's variant on our engine (doc rows are already in doc id order)."""
+def _embedded(config: CandidatesConfig, built: Shared) -> Ranker:
+    """rank_bm25's variant on our engine, on the shared index (doc rows in doc id order)."""
 
     def rank(variant: str, corpus: Tokenised, queries: list[list[str]]) -> Ranking:
-        kind = _VARIANTS[variant][0]
-        params = Params(kind, config.k1, config.b, config.delta if kind == "plus" else None, config.epsilon)
-        index = RankBm25.build(corpus.tokens, corpus.starts, len(corpus.terms), params)
         q_terms, q_starts = encode_queries(queries, corpus.index)
-        return index.search(q_terms, q_starts, config.top_k, config.threads)
+        return built.indexes[variant].search(q_terms, q_starts, config.top_k, config.threads)
 
     return rank
 
@@ -239,7 +206,7 @@ def _port(config: CandidatesConfig, ctx: StageContext[CandidatesConfig], doc_ids
     done: dict[str, Ranking] = {}
 
     def rank(variant: str, corpus: Tokenised, queries: list[list[str]]) -> Ranking:
-        analysis = _VARIANTS[variant][1]
+        analysis = VARIANTS[variant][1]
         if analysis not in done:
             name = f"{config.elasticsearch_index}-{analysis}"
             backend = ElasticsearchBackend.from_env(
@@ -338,27 +305,39 @@ class _Placed:
         return cls(query, rank, row, ranking.scores[mask], np.isin(query * documents + row, relevant))
 
 
-def _rows(variant: str, placed: _Placed, query_ids: pa.Array, doc_ids: pa.Array) -> pa.Table:
+def _rows(placed: dict[str, _Placed], query_ids: pa.Array, doc_ids: pa.Array) -> pa.Table:
+    """Every variant's entries, ordered by query, then variant (config order), then rank."""
+    parts = list(placed.values())
+    variant = np.concatenate([np.full(len(p.query), i, dtype=np.int64) for i, p in enumerate(parts)])
+    query, rank, row = (np.concatenate([getattr(p, f) for p in parts]) for f in ("query", "rank", "row"))
+    order = np.lexsort((rank, variant, query))
     columns = [
-        query_ids.take(pa.array(placed.query)),
-        pa.array(np.full(len(placed.query), variant), pa.string()),
-        doc_ids.take(pa.array(placed.row)),
-        pa.array(placed.rank.astype(np.int32)),
-        pa.array(placed.score, pa.float64()),
-        pa.array(placed.hit, pa.bool_()),
+        query_ids.take(pa.array(query[order])),
+        pa.array(list(placed), pa.string()).take(pa.array(variant[order])),
+        doc_ids.take(pa.array(row[order])),
+        pa.array(rank[order].astype(np.int32)),
+        pa.array(np.concatenate([p.score for p in parts])[order], pa.float64()),
+        pa.array(np.concatenate([p.hit for p in parts])[order], pa.bool_()),
     ]
     return pa.Table.from_arrays(columns, schema=SCHEMA)
 
 
-def _recall(placed: dict[VariantName, _Placed], cited: list[set[str]], ks: list[int]) -> pa.Table:
-    """Paper 003 Table 2: per variant and k, the mean over all headlines of cited-in-top-k / cited."""
-    size = np.array([max(1, len(c)) for c in cited], dtype=np.float64)
+def _recall(kept: pa.Table, claims: pa.Table, variants: list[VariantName], ks: list[int]) -> pa.Table:
+    """Paper 003 Table 2: per variant and k, the mean over all headlines (the ``claims`` rows,
+    found or not) of cited-in-top-k / cited."""
+    n = claims.num_rows
+    size = np.array([max(1, len(set(p))) for p in claims.column("pmids").to_pylist()], dtype=np.float64)
+    query = pc.index_in(kept.column("query_id"), value_set=claims.column("query_id").combine_chunks())
+    query_at = query.to_numpy(zero_copy_only=False).astype(np.int64)
+    rank = kept.column("rank").to_numpy()
+    hit = kept.column("relevant").to_numpy(zero_copy_only=False)
     out: list[dict[str, Any]] = []
-    for variant, p in placed.items():
+    for variant in variants:
+        mine = pc.equal(kept.column("variant"), variant).to_numpy(zero_copy_only=False) & hit
         for k in sorted(set(ks)):
-            per_query = np.bincount(p.query[p.hit & (p.rank <= k)], minlength=len(cited)) / size
-            recall = float(per_query.mean()) if len(cited) else 0.0
-            out.append({"variant": variant, "k": k, "recall": recall, "queries": len(cited)})
+            per_query = np.bincount(query_at[mine & (rank <= k)], minlength=n) / size
+            recall = float(per_query.mean()) if n else 0.0
+            out.append({"variant": variant, "k": k, "recall": recall, "queries": n})
     return rows_to_table(out, RECALL_SCHEMA)
 
 
@@ -371,17 +350,34 @@ def _expansions(plan: list[Expansion]) -> pa.Table:
     return rows_to_table(rows, EXPANSIONS_SCHEMA)
 
 
+def _source(ctx: StageContext[CandidatesConfig], _inputs: dict[str, Any]) -> Source:
+    """The headlines; on Elasticsearch in one chunk (the corpus indexed on the server once)."""
+    headlines = ArtifactSource(ctx.upstream["claims"])
+    return headlines if ctx.config.backend == "embedded" else _OneChunk(headlines)
+
+
+@dataclass(frozen=True)
+class _OneChunk:
+    source: ArtifactSource
+
+    def num_rows(self) -> int:
+        return self.source.num_rows()
+
+    def batches(self, rows: int) -> Iterator[pa.Table]:
+        return self.source.batches(max(rows, self.num_rows()))
+
+
 SPEC: StageSpec[CandidatesConfig] = StageSpec(
     name="candidates",
-    version=1,
+    version=2,
     description="BM25 top k per headline (rank_bm25's Okapi / BM25+ / BM25+ with preprocessing) and recall@k.",
     config_type=CandidatesConfig,
     upstream=("claims", "distractors"),
     inputs=_inputs,
-    source=upstream_source("claims"),
-    whole_input=True,
+    source=_source,
     key=("query_id",),
     process=process,
+    finalize=finalize,
     schema=SCHEMA,
     excluded_schema=EXCLUDED_SCHEMA,
     tables={"recall": RECALL_SCHEMA, "expansions": EXPANSIONS_SCHEMA},
