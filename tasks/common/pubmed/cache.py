@@ -4,13 +4,14 @@ Keys name a single-identifier request without credentials (``efetch.fcgi?db=pubm
 an ID-converter or ``esearch`` request for one identifier); values are the answer (a
 record's XML, a PMID) or NULL for "PubMed has none", so an absent record is not asked for
 again either. Built on :class:`irforge.sqlite_cache.SqliteCache` (each batch is committed
-as it is answered: a crash loses nothing already answered).
+as it is answered: a crash loses nothing already answered; its claims make workers sharing the
+file send each missing request once, see :meth:`~irforge.sqlite_cache.SqliteCache.fill`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from irforge.sqlite_cache import SqliteCache
@@ -21,6 +22,8 @@ class Answers(Protocol):
     def get_many(self, keys: Iterable[str]) -> dict[str, str | None]: ...
 
     def put_many(self, items: Mapping[str, str | None]) -> None: ...
+
+    def fill(self, keys: Sequence[str], send: Callable[[list[str]], object]) -> dict[str, str | None]: ...
 
     def close(self) -> None: ...
 
@@ -54,6 +57,13 @@ class MemoryAnswers:
         with self._lock:
             for key, value in items.items():
                 self._answers.setdefault(key, value)
+
+    def fill(self, keys: Sequence[str], send: Callable[[list[str]], object]) -> dict[str, str | None]:
+        """``send`` every key (one source alone: no other worker to wait for); their stored answers."""
+        wanted = list(dict.fromkeys(keys))
+        if wanted:
+            send(wanted)
+        return self.get_many(wanted)
 
     def close(self) -> None:
         pass

@@ -13,10 +13,14 @@
   An Elsevier PII given without punctuation is also searched in its written form.
   Ties follow :mod:`tasks.common.pubmed.local` (lowest PMID for a DOI, none for a shared PII).
 - Transport, rate limit, retries and key handling: :mod:`tasks.common.pubmed.ncbi`.
+- Workers (processes, threads) sharing one reply cache file send each missing request once:
+  the keys go through the cache's claims (:meth:`irforge.sqlite_cache.SqliteCache.fill`); a
+  key another worker is asking is waited for, one whose request failed is asked again.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -87,16 +91,30 @@ class EutilsPubmed:
     def records(self, pmids: Sequence[str]) -> dict[str, PubmedRecord]:
         wanted = list(dict.fromkeys(p.strip() for p in pmids if p.strip().isdigit()))
         keys = {p: self._fetch_key(p) for p in wanted}
-        known = self._answers.get_many(keys.values())
-        missing = [p for p in wanted if keys[p] not in known]
-        for batch in _batches(missing, self._batch):
-            known.update(self._fetch(batch, keys))
+        known = self._answered({keys[p]: p for p in wanted}, self._batch, lambda b: self._fetch(b, keys))
         out = {}
         for pmid in wanted:
             xml = known.get(keys[pmid])
             if xml is not None:
                 out[pmid] = _record_of_xml(xml, pmid)
         return out
+
+    def _answered(
+        self, items: dict[str, T], size: int, ask: Callable[[list[T]], dict[str, str | None]]
+    ) -> dict[str, str | None]:
+        """Answers by key of ``items`` (key -> what to ask): the stored ones, then the missing ones
+        asked by ``ask`` (which stores its answers) in batches of ``size``, each asked once across
+        the workers sharing the cache (the others' answers are waited for)."""
+        known = self._answers.get_many(list(items))
+        missing = [key for key in items if key not in known]
+
+        def send(claimed: list[str]) -> None:
+            for batch in _batches([items[key] for key in claimed], size):
+                known.update(ask(batch))
+
+        if missing:
+            known.update(self._answers.fill(missing, send))
+        return known
 
     def _fetch_key(self, pmid: str) -> str:
         return f"{self._shown_base}efetch.fcgi?db=pubmed&id={pmid}&retmode=xml"
@@ -141,9 +159,11 @@ class EutilsPubmed:
                 elif article_id.kind == kind:
                     out[article_id] = None
             keys = {v: f"{public_url(self._idconv)}?format=json&idtype={kind}&ids={v}" for v in values}
-            known = self._answers.get_many(keys.values())
-            for batch in _batches([v for v in values if keys[v] not in known], min(self._batch, IDCONV_MAX)):
-                known.update(self._idconv_batch(kind, batch, keys))
+            known = self._answered(
+                {keys[v]: v for v in values},
+                min(self._batch, IDCONV_MAX),
+                functools.partial(self._idconv_batch, kind, keys=keys),
+            )
             for value, article_ids in values.items():
                 out.update(dict.fromkeys(article_ids, known.get(keys[value])))
         return out
@@ -174,10 +194,10 @@ class EutilsPubmed:
                 keys[article_id] = f"{self._shown_base}esearch.fcgi?db=pubmed&term={' OR '.join(terms)}"
             else:
                 out[article_id] = None
-        known = self._answers.get_many(keys.values())
-        todo = list(dict.fromkeys(i for i in keys if keys[i] not in known))
-        for batch in _batches(todo, SEARCH_BATCH):
-            known.update(self._search_batch(batch, keys))
+        asked: dict[str, ArticleId] = {}
+        for article_id, key in keys.items():
+            asked.setdefault(key, article_id)  # one search per key: ids differing in case share it
+        known = self._answered(asked, SEARCH_BATCH, lambda b: self._search_batch(b, keys))
         out.update({i: known.get(k) for i, k in keys.items()})
         return out
 
