@@ -320,6 +320,44 @@ def test_a_stage_of_whole_groups_a_chunk_cuts_its_table_source_by_group(tmp_path
     assert artifact.read().column("id").to_pylist() == list(range(10))
 
 
+def test_finalize_tables_replace_the_chunks_and_scratch_lives_while_the_stage_runs(tmp_path: Path) -> None:
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+    from irforge.stage import StageContext, TableSource
+
+    stats = pa.schema([pa.field("rows", pa.int64())])
+    scratch: list[Path] = []
+
+    def process(chunk: pa.Table, ctx: StageContext[NumbersConfig]) -> ChunkResult:
+        assert ctx.scratch_dir is not None
+        scratch.append(ctx.scratch_dir)
+        ctx.scratch_dir.mkdir(exist_ok=True)
+        (ctx.scratch_dir / f"built-{len(scratch)}").touch()
+        kept = chunk.append_column("value", chunk.column("id"))
+        table = pa.table({"rows": [chunk.num_rows]}, schema=stats)
+        return ChunkResult(kept, NUMBERS.excluded_schema.empty_table(), {"stats": table})
+
+    def finalize(kept: pa.Table, ctx: StageContext[NumbersConfig]) -> ChunkResult:
+        assert ctx.scratch_dir is not None and len(list(ctx.scratch_dir.iterdir())) == 3
+        total = pa.table({"rows": [kept.num_rows]}, schema=stats)
+        return ChunkResult(kept, NUMBERS.excluded_schema.empty_table(), {"stats": total})
+
+    def source(ctx: object, _inputs: object) -> TableSource:
+        return TableSource(pa.table({"id": pa.array(range(25), pa.int64())}))
+
+    spec: StageSpec[NumbersConfig] = StageSpec(
+        **{**NUMBERS.__dict__, "process": process, "source": source, "finalize": finalize,
+           "tables": {"stats": stats}}
+    )  # fmt: skip
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(spec,), default_config=Path("x"))
+    cfg = config()
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
+    store = ArtifactStore(tmp_path)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
+    artifact = execute_step(step, store, "toy", cfg.execution).artifact
+    assert artifact.read(table="stats").column("rows").to_pylist() == [25]  # not [10, 10, 5]
+    assert len(set(scratch)) == 1 and not scratch[0].exists()  # one per run, gone once published
+
+
 def test_files_a_stage_writes_are_published_with_its_artifact(tmp_path: Path) -> None:
     from irforge.pipeline import Pipeline, execute_step, select_steps
     from irforge.stage import StageContext, TableSource
