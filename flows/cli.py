@@ -381,7 +381,8 @@ def report(
     out.print(str(write_report(root, flow, run_id, sections=sections)), highlight=False)
 
 
-import flows.cli_quality  # noqa: E402,F401  (registers ``irforge quality`` on ``app``)
+import flows.cli_quality  # noqa: E402  (registers ``irforge quality`` on ``app``)
+import flows.cli_store  # noqa: E402,F401  (registers ``irforge gc`` on ``app``)
 
 
 def main() -> None:

@@ -176,6 +176,10 @@ class ArtifactStore:
     def stage_dir(self, flow: str, stage: str) -> Path:
         return self.root / flow / stage
 
+    def location(self, flow: str, stage: str, fingerprint: str) -> str:
+        """Where that artifact is (or would be), for messages: its folder, or an object store's URL."""
+        return str(self.stage_dir(flow, stage) / fingerprint)
+
     def find(self, flow: str, stage: str, fingerprint: str) -> Artifact | None:
         path = self.stage_dir(flow, stage) / fingerprint
         # The manifest is written last inside the temporary directory, and the directory is

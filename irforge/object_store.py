@@ -155,6 +155,9 @@ class ObjectArtifactStore(ArtifactStore):
         # The URL only: the unpickling host reads its own credentials and default mirror.
         return (_reopen, (self._url, self._mirror, self.grace_s))
 
+    def location(self, flow: str, stage: str, fingerprint: str) -> str:
+        return f"{self._url}/{flow}/{stage}/{fingerprint}"
+
     def _remote(self, *parts: str) -> str:
         return "/".join([self._path, *parts])
 
@@ -301,9 +304,10 @@ class ObjectArtifactStore(ArtifactStore):
         except ValueError:
             return None
 
-    def gc(self, grace_s: float | None = None) -> list[str]:
+    def gc(self, grace_s: float | None = None, *, dry_run: bool = False) -> list[str]:
         """Delete the versions no marker names, untouched for ``grace_s`` (default: the store's);
-        return their prefixes. Safe beside running publishers: a live upload is younger."""
+        return their prefixes (``dry_run``: delete nothing). Safe beside running publishers: a
+        live upload is younger."""
         grace = self.grace_s if grace_s is None else grace_s
         self.fs.invalidate_cache(self._path)
         newest: dict[str, float] = {}
@@ -321,7 +325,7 @@ class ObjectArtifactStore(ArtifactStore):
             if raw is not None:
                 newest.pop(f"{marker.rsplit('/', 1)[0]}/{json.loads(raw).get('data')}", None)
         removed = sorted(p for p, stamp in newest.items() if time.time() - stamp >= grace)
-        for prefix in removed:
+        for prefix in [] if dry_run else removed:
             self._delete_now(prefix)
         return removed
 

@@ -4,6 +4,9 @@
 - **stale**: the stage ran before (``latest.json``) but its inputs changed since; the
   report names what changed (config keys, upstream stages, input files, stage version);
 - **missing**: it never ran.
+
+It reads manifests and ``latest.json`` only (``ArtifactStore.manifest`` in irforge/artifacts.py):
+on an object store root (irforge/object_store.py) it downloads no artifact.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from irforge.artifacts import Artifact, ArtifactStore
+from irforge.artifacts import ArtifactStore
 from irforge.pipeline import FlowConfig, Pipeline
 from irforge.runs import latest_fingerprints
 
@@ -45,32 +48,40 @@ def flow_status(
     latest = latest_fingerprints(store, pipeline.name)
     out: list[StageStatus] = []
     for name, plan in plans.items():
-        fp = plan.fingerprint
-        artifact = store.find(pipeline.name, name, fp)
         state: State = "fresh"
         changed: list[str] = []
-        if artifact is None:
-            previous = latest.get(name)
-            artifact = store.find(pipeline.name, name, previous) if previous else None
-            if artifact is None:
-                state = "missing"
+        found: str | None = plan.fingerprint
+        manifest = store.manifest(pipeline.name, name, plan.fingerprint)
+        if manifest is None:
+            found = latest.get(name)
+            manifest = store.manifest(pipeline.name, name, found) if found else None
+            if manifest is None:
+                state, found = "missing", None
             else:
                 state = "stale"
-                changed = describe_changes(artifact.manifest.get("material", {}), plan.material)
-        out.append(_status(name, fp, state, changed, artifact))
+                changed = describe_changes(manifest.get("material", {}), plan.material)
+        where = store.location(pipeline.name, name, found) if found else None
+        out.append(_status(name, plan.fingerprint, state, changed, found, where, manifest or {}))
     return out
 
 
-def _status(name: str, fp: str, state: State, changed: list[str], artifact: Artifact | None) -> StageStatus:
-    manifest = artifact.manifest if artifact else {}
+def _status(
+    name: str,
+    fp: str,
+    state: State,
+    changed: list[str],
+    found: str | None,
+    where: str | None,
+    manifest: dict[str, Any],
+) -> StageStatus:
     counts = manifest.get("counts", {})
     return StageStatus(
         stage=name,
         fingerprint=fp,
         state=state,
         changed=changed,
-        artifact=str(artifact.path) if artifact else None,
-        artifact_fingerprint=artifact.fingerprint if artifact else None,
+        artifact=where,
+        artifact_fingerprint=found,
         rows_kept=counts.get("rows_out"),
         rows_excluded=counts.get("rows_excluded"),
         excluded_by_reason=counts.get("excluded_by_reason", {}),

@@ -27,7 +27,7 @@ from irforge.pipeline import Selection, execute_step, select_steps
 from irforge.runs import RunRecorder, latest_fingerprints
 from irforge.status import flow_status
 from tests.conftest import fake_key
-from tests.engine.toy_pipeline import TOY, NumbersConfig, ToyConfig, ToyStages
+from tests.engine.toy_pipeline import TOY, NumbersConfig, SquareConfig, ToyConfig, ToyStages
 
 BUCKET = "irforge-test"
 FLOW, STAGE, FP = "toy", "numbers", "0123456789abcdef"
@@ -299,3 +299,75 @@ def test_secrets_never_reach_files_logs_or_pickles(
     for secret in (SECRET, OPTIONS_SECRET):
         assert not any(secret in text for text in texts)
         assert not any(secret.encode() in blob for blob in blobs)
+
+
+def test_status_on_s3_reads_manifests_only(
+    server: str, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = ArtifactStore.open(url, mirror=tmp_path / "host-a")
+    ran = _run(writer, tmp_path, RunRecorder(writer, "toy", "run-1", tmp_path / "toy.yaml"))
+    reader = ArtifactStore.open(url, mirror=tmp_path / "host-b")
+    fetched: list[str] = []
+    monkeypatch.setattr(ObjectArtifactStore, "download", lambda _s, *a, **_k: fetched.append(a[2]))
+    stale = ToyConfig(stages=ToyStages(numbers=NumbersConfig(count=60), square=SquareConfig(limit=100)))
+    statuses = {s.stage: s for s in flow_status(TOY, stale, tmp_path, reader)}
+    numbers, square = ran["numbers"].artifact, ran["square"].artifact
+    assert statuses["numbers"].state == "fresh" and statuses["square"].state == "stale"
+    assert statuses["square"].changed == ["config limit: 5000 -> 100"]
+    assert statuses["numbers"].rows_kept == 51 and statuses["numbers"].rows_excluded == 9
+    assert statuses["numbers"].excluded_by_reason == {"multiple_of_7": 9}
+    assert statuses["square"].rows_kept == square.manifest["counts"]["rows_out"]
+    assert statuses["numbers"].artifact == f"{url}/toy/numbers/{numbers.fingerprint}"
+    assert statuses["square"].artifact_fingerprint == square.fingerprint != statuses["square"].fingerprint
+    assert statuses["numbers"].created_at == numbers.manifest["created_at"]
+    elsewhere = ArtifactStore.open(f"{url}-none", mirror=tmp_path / "host-c")
+    assert {s.state for s in flow_status(TOY, stale, tmp_path, elsewhere)} == {"missing"}
+    assert fetched == [] and not list((tmp_path / "host-b").rglob("*.parquet"))
+    # The local store says where its artifact is as it did: the folder.
+    local = ArtifactStore(tmp_path / "local")
+    (done,) = [o.artifact for o in _run(local, tmp_path).values() if o.artifact.stage == "numbers"]
+    (first, _) = flow_status(TOY, stale, tmp_path, local)
+    assert first.artifact == str(done.path) and first.state == "fresh"
+
+
+def _orphan(server: str, store: ObjectArtifactStore, fp: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Upload a version of ``fp`` and die before its marker (a killed publisher): its URL."""
+    before = _versions(server, store.url, fp)
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "_commit", lambda _m, _r: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            store.publish(_tmp(store, 0, fp), FLOW, STAGE, fp)
+    (version,) = _versions(server, store.url, fp) - before
+    return f"{store.url}/{FLOW}/{STAGE}/{fp}/{version}"
+
+
+def test_gc_on_s3_deletes_old_orphans_only_and_the_cli_lists_them(
+    server: str, url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    store = ObjectArtifactStore(url, tmp_path / "host-a")
+    kept = {
+        fp: store.publish(_tmp(store, 1, fp), FLOW, STAGE, fp).manifest["data"] for fp in ("aaaa", "bbbb")
+    }
+    old = _orphan(server, store, "cccc", monkeypatch)
+    time.sleep(3.0)  # S3 stamps objects to the second
+    young = _orphan(server, store, "aaaa", monkeypatch)  # beside a committed version
+    runner = CliRunner()
+    dry = runner.invoke(app, ["gc", "--artifacts", url, "--grace-s", "2.5", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert old in dry.output and young not in dry.output and "would delete 1 leftover(s)" in dry.output
+    assert _versions(server, url, "cccc") == {old.rsplit("/", 1)[1]}  # a dry run deletes nothing
+    done = runner.invoke(app, ["gc", "--artifacts", url, "--grace-s", "2.5"])
+    assert done.exit_code == 0 and old in done.output and "deleted 1 leftover(s)" in done.output
+    assert _versions(server, url, "cccc") == set()
+    assert _versions(server, url, "aaaa") == {kept["aaaa"], young.rsplit("/", 1)[1]}
+    assert _versions(server, url, "bbbb") == {kept["bbbb"]}
+    reader = ObjectArtifactStore(url, tmp_path / "host-b")
+    assert [reader.get(FLOW, STAGE, fp).manifest["data"] for fp in ("aaaa", "bbbb")] == list(kept.values())
+    assert store.gc(grace_s=3600) == []  # the young orphan waits out the default grace too
+    missing = runner.invoke(app, ["gc", "--artifacts", "s3://no-such-bucket-irforge/x"])
+    assert missing.exit_code == 2 and "Traceback" not in missing.output
+    assert missing.output.count("\n") == 1 and "cannot clean s3://no-such-bucket-irforge/x" in missing.output
