@@ -155,6 +155,21 @@ def _worker_environment() -> dict[str, str]:
     return {"PREFECT_API_URL": server.api_url}
 
 
+def _cluster_environment() -> dict[str, str]:
+    """What workers on other hosts need from this one: the API of a real Prefect server. Only
+    that: secrets (API keys) never travel in a runtime_env, which Ray shows on its dashboard;
+    each node reads its own from its environment."""
+    url = PREFECT_API_URL.value()
+    if not url:
+        log.warning(
+            "runner ray on a cluster without PREFECT_API_URL: this host's temporary Prefect server "
+            "is not reachable from other nodes, so each of their workers starts one; set "
+            "PREFECT_API_URL to a server every node reaches (README: Scheduled runs)"
+        )
+        return {}
+    return {"PREFECT_API_URL": str(url)}
+
+
 def make_task_runner(execution: ExecutionConfig) -> TaskRunner[Any]:
     """Prefect's task runner for ``execution.runner`` (not started)."""
     if execution.runner == "process":
@@ -164,11 +179,14 @@ def make_task_runner(execution: ExecutionConfig) -> TaskRunner[Any]:
         from prefect_ray import RayTaskRunner  # noqa: PLC0415
 
         init: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
-        if execution.ray_address is None:  # a local Ray: its workers reach this host's server
+        if execution.ray_address is None and not os.environ.get("RAY_ADDRESS"):
+            # a local Ray: its workers reach this host's server
             init["include_dashboard"] = False
             init["runtime_env"] = {"env_vars": _worker_environment()}
             if execution.workers:
                 init["num_cpus"] = execution.workers
+        else:
+            init["runtime_env"] = {"env_vars": _cluster_environment()}
         ray_runner: TaskRunner[Any] = RayTaskRunner(address=execution.ray_address, init_kwargs=init)
         return ray_runner
     raise ConfigError(f"execution.runner: no task runner for {execution.runner!r}")

@@ -167,3 +167,22 @@ def test_two_node_ray_cluster_equals_inline_and_places_gpu_chunks_on_the_gpu_nod
     square_chunks = chunks_logged(tmp_path / "square.log")
     assert len(square_chunks) >= 2 and {node for _, _, node in square_chunks} == {gpu_node.node_id}
     assert artifact_bytes(tmp_path) == inline_bytes
+
+
+def test_a_ray_cluster_gets_the_real_servers_url_and_no_secret(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.runners import make_task_runner
+
+    monkeypatch.setenv("DEEPL_AUTH_KEY", "secret-not-to-travel")
+    cluster = ExecutionConfig(runner="ray", ray_address="ray://head.example:10001")
+    with temporary_settings({PREFECT_API_URL: "http://prefect.example:4200/api"}):
+        runner = make_task_runner(cluster)
+    env = runner.init_kwargs["runtime_env"]["env_vars"]  # type: ignore[attr-defined]
+    assert env == {"PREFECT_API_URL": "http://prefect.example:4200/api"}
+    with temporary_settings({PREFECT_API_URL: None}):
+        runner = make_task_runner(cluster)
+    assert runner.init_kwargs["runtime_env"]["env_vars"] == {}  # type: ignore[attr-defined]
+    assert "without PREFECT_API_URL" in caplog.text
