@@ -8,7 +8,6 @@ asking twice are :meth:`irforge.sqlite_cache.SqliteCache.fill`.
 
 from __future__ import annotations
 
-import multiprocessing
 import random
 import threading
 import time
@@ -24,6 +23,7 @@ import pytest
 from tasks.common.pubmed.config import EutilsConfig
 from tasks.common.pubmed.eutils import EutilsPubmed
 from tasks.common.pubmed.port import ArticleId, PubmedError
+from tests import spawned
 from tests.fakes.eutils_server import FakeEutils, RecordedRequest
 
 MEDLINE = Path(__file__).resolve().parents[2] / "data" / "crossgenre" / "medline"
@@ -32,8 +32,8 @@ FILES = [
     MEDLINE / "pubmed_sample" / "baseline" / "pubmed22n1114.xml.gz",
     MEDLINE / "testfiles" / "pubmed20n1016.xml.gz",
 ]
-CTX = multiprocessing.get_context("spawn")
-WAIT_S = 120.0  # for a child process (spawn imports the project afresh)
+CTX = spawned.CTX
+WAIT_S = spawned.WAIT_S
 NO_KEY_ENV = "IRFORGE_TEST_NO_NCBI_KEY"  # never set: no key is sent to the fake
 
 
@@ -84,25 +84,12 @@ def _worker(
 
 def _race(server: FakeEutils, cache: Path, pmids: list[str], ids: list[ArticleId]) -> dict[str, Any]:
     """Two spawned workers, each with ``pmids`` and ``ids`` in its own order; results by name."""
-    barrier, out = CTX.Barrier(2), CTX.Queue()
     urls = (server.base_url, server.idconv_url)
-    procs = []
+    args = {}
     for name, seed in (("a", 19), ("b", 91)):
         shuffled = random.Random(seed)
-        args = (name, urls, str(cache), shuffled.sample(pmids, len(pmids)), shuffled.sample(ids, len(ids)))
-        procs.append(CTX.Process(target=_worker, args=(*args, barrier, out)))
-    for p in procs:
-        p.start()
-    try:
-        results = {}
-        for _ in procs:
-            name, *rest = out.get(timeout=WAIT_S)
-            results[name] = rest
-    finally:
-        for p in procs:
-            p.join(WAIT_S)
-    assert [p.exitcode for p in procs] == [0, 0]
-    return results
+        args[name] = (urls, str(cache), shuffled.sample(pmids, len(pmids)), shuffled.sample(ids, len(ids)))
+    return {name: list(rest) for name, rest in spawned.race(_worker, args).items()}
 
 
 def _asked(requests: Sequence[RecordedRequest], path: str, param: str, sep: str) -> Counter[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
 import os
 import random
 import sqlite3
@@ -30,12 +29,13 @@ from tasks.common.llm.openai_chat import OpenAIChatModel
 from tasks.common.llm.port import ChatFailure, ChatOutcome, ChatReply, ChatRequest, ReplyInvalid
 from tasks.common.translate.deepl import DeepLTranslator
 from tasks.common.translate.port import Translation, TranslationCache, cached_translate_each
+from tests import spawned
 from tests.fakes.deepl_server import FakeDeepL
 from tests.fakes.llm_server import DEFAULT_MODEL, FakeChat, last_user_text
 
-CTX = multiprocessing.get_context("spawn")
+CTX = spawned.CTX
 N = 50
-WAIT_S = 120.0  # for a child process (spawn imports the project afresh)
+WAIT_S = spawned.WAIT_S
 
 
 def question(i: int) -> str:
@@ -144,25 +144,9 @@ def _deepl_worker(
     out.put((name, translated, hits, sent))
 
 
-def race(target: Any, *args: Any) -> dict[str, tuple[Any, int, int]]:
-    """Run ``target(name, *args, order, barrier, queue)`` in two spawned processes; their results by name."""
-    barrier, out = CTX.Barrier(2), CTX.Queue()
-    procs = [
-        CTX.Process(target=target, args=(name, *args, order, barrier, out))
-        for name, order in zip("ab", orders(), strict=True)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        results = {}
-        for _ in procs:
-            name, *rest = out.get(timeout=WAIT_S)
-            results[name] = tuple(rest)
-    finally:
-        for p in procs:
-            p.join(WAIT_S)
-    assert [p.exitcode for p in procs] == [0, 0]
-    return results
+def race(target: Any, *args: Any) -> dict[str, tuple[Any, ...]]:
+    """``target(name, *args, order, barrier, queue)`` in two spawned processes, one order each."""
+    return spawned.race(target, {name: (*args, order) for name, order in zip("ab", orders(), strict=True)})
 
 
 # -- two processes, one cache ---------------------------------------------------------------

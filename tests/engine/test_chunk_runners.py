@@ -186,3 +186,19 @@ def test_a_ray_cluster_gets_the_real_servers_url_and_no_secret(
         runner = make_task_runner(cluster)
     assert runner.init_kwargs["runtime_env"]["env_vars"] == {}  # type: ignore[attr-defined]
     assert "without PREFECT_API_URL" in caplog.text
+
+
+def _threads() -> tuple[int, int]:
+    import torch
+
+    return os.getpid(), torch.get_num_threads()
+
+
+def test_pool_workers_share_the_cores_for_torchs_threads(pool: PrefectChunkRunner) -> None:
+    from irforge.parallel import CPU, ChunkCall
+
+    calls = iter([ChunkCall(i, f"toy.threads[{i}]", _threads, ()) for i in range(4)])
+    got = dict(pool.run(calls, CPU))
+    expected = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // 2))
+    assert {threads for _pid, threads in got.values()} == {expected}
+    assert os.getpid() not in {pid for pid, _threads in got.values()}

@@ -10,11 +10,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from irforge.artifacts import ArtifactStore
+from irforge.engine import StageOutcome
 from irforge.errors import AccountingError, IrforgeError
 from irforge.pipeline import Selection
 from irforge.stage import ChunkResult, StageSpec
@@ -35,6 +37,18 @@ from tests.engine.toy_pipeline import (
 def config(count: int = 100, limit: int = 5000, log: Path | None = None) -> ToyConfig:
     numbers = NumbersConfig(count=count, log_file=str(log) if log else None)
     return ToyConfig(stages=ToyStages(numbers=numbers, square=SquareConfig(limit=limit)))
+
+
+def _run_alone(stage: StageSpec[Any], root: Path, **execution: Any) -> StageOutcome:
+    """``stage`` as the only stage of a toy flow, with these ``execution`` settings."""
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
+    cfg = config()
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update=execution)})
+    store = ArtifactStore(root)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, root), Selection(), store)
+    return execute_step(step, store, "toy", cfg.execution)
 
 
 def test_artifact_layout_manifest_and_row_accounting(tmp_path: Path) -> None:
@@ -248,7 +262,6 @@ def test_grouped_chunks_never_split_a_group(tmp_path: Path, chunk_rows: int) -> 
 
 
 def test_whole_input_stage_with_a_side_table(tmp_path: Path) -> None:
-    from irforge.pipeline import Pipeline, execute_step, select_steps
     from irforge.stage import TableSource
 
     stats_schema = pa.schema([pa.field("chunk_rows", pa.int64())])
@@ -273,12 +286,7 @@ def test_whole_input_stage_with_a_side_table(tmp_path: Path) -> None:
             "tables": {"stats": stats_schema},
         }
     )
-    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(whole,), default_config=Path("x"))
-    cfg = config()  # chunk_rows 2000 default; the toy helpers use 10, so set it small here too
-    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
-    store = ArtifactStore(tmp_path)
-    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
-    artifact = execute_step(step, store, "toy", cfg.execution).artifact
+    artifact = _run_alone(whole, tmp_path, chunk_rows=10).artifact
     assert calls == [25]  # one chunk despite chunk_rows = 10
     assert artifact.table_names == ["stats"]
     assert artifact.read(table="stats").column("chunk_rows").to_pylist() == [25]
@@ -290,7 +298,6 @@ def test_whole_input_stage_with_a_side_table(tmp_path: Path) -> None:
 def test_a_stage_of_whole_groups_a_chunk_cuts_its_table_source_by_group(tmp_path: Path) -> None:
     """``StageSpec.chunk_rows`` wins over ``execution.chunk_rows``; a grouped ``TableSource``
     never splits a group (here: one group a chunk, the last running to the end)."""
-    from irforge.pipeline import Pipeline, execute_step, select_steps
     from irforge.stage import TableSource
 
     groups = [0, 0, 0, 1, 2, 2, 3, 3, 3, 3]
@@ -310,18 +317,12 @@ def test_a_stage_of_whole_groups_a_chunk_cuts_its_table_source_by_group(tmp_path
     stage: StageSpec[NumbersConfig] = StageSpec(
         **{**NUMBERS.__dict__, "process": process, "source": source, "chunk_rows": 1}
     )
-    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
-    cfg = config()
-    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"runner": "inline"})})
-    store = ArtifactStore(tmp_path)
-    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
-    artifact = execute_step(step, store, "toy", cfg.execution).artifact
+    artifact = _run_alone(stage, tmp_path, runner="inline").artifact
     assert calls == [[0, 0, 0], [1], [2, 2], [3, 3, 3, 3]]  # chunk_rows 2000 in the execution config
     assert artifact.read().column("id").to_pylist() == list(range(10))
 
 
 def test_finalize_tables_replace_the_chunks_and_scratch_lives_while_the_stage_runs(tmp_path: Path) -> None:
-    from irforge.pipeline import Pipeline, execute_step, select_steps
     from irforge.stage import StageContext, TableSource
 
     stats = pa.schema([pa.field("rows", pa.int64())])
@@ -348,18 +349,12 @@ def test_finalize_tables_replace_the_chunks_and_scratch_lives_while_the_stage_ru
         **{**NUMBERS.__dict__, "process": process, "source": source, "finalize": finalize,
            "tables": {"stats": stats}}
     )  # fmt: skip
-    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(spec,), default_config=Path("x"))
-    cfg = config()
-    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
-    store = ArtifactStore(tmp_path)
-    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
-    artifact = execute_step(step, store, "toy", cfg.execution).artifact
+    artifact = _run_alone(spec, tmp_path, chunk_rows=10).artifact
     assert artifact.read(table="stats").column("rows").to_pylist() == [25]  # not [10, 10, 5]
     assert len(set(scratch)) == 1 and not scratch[0].exists()  # one per run, gone once published
 
 
 def test_files_a_stage_writes_are_published_with_its_artifact(tmp_path: Path) -> None:
-    from irforge.pipeline import Pipeline, execute_step, select_steps
     from irforge.stage import StageContext, TableSource
 
     seen: list[Path | None] = []
@@ -377,12 +372,7 @@ def test_files_a_stage_writes_are_published_with_its_artifact(tmp_path: Path) ->
         return TableSource(pa.table({"id": pa.array(range(25), pa.int64())}))
 
     stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process, "source": source})
-    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
-    cfg = config()
-    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
-    store = ArtifactStore(tmp_path)
-    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
-    artifact = execute_step(step, store, "toy", cfg.execution).artifact
+    artifact = _run_alone(stage, tmp_path, chunk_rows=10).artifact
     assert len(seen) == 3 and len(set(seen)) == 1  # one folder for every chunk of the run
     assert (artifact.files / "ids.txt").read_text(encoding="utf-8").split() == [str(i) for i in range(25)]
     assert not any(p.name.startswith(".work") for p in artifact.path.parent.iterdir())
@@ -390,7 +380,6 @@ def test_files_a_stage_writes_are_published_with_its_artifact(tmp_path: Path) ->
 
 def _run_failing_at(root: Path, chunk_index: int, error: Exception) -> None:
     """Run a numbers stage (10-row chunks) whose ``chunk_index``-th chunk raises ``error``."""
-    from irforge.pipeline import Pipeline, execute_step, select_steps
 
     calls = iter(range(10**6))
 
@@ -401,12 +390,7 @@ def _run_failing_at(root: Path, chunk_index: int, error: Exception) -> None:
         return ChunkResult(kept, NUMBERS.excluded_schema.empty_table())
 
     stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process})
-    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
-    cfg = config()
-    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
-    store = ArtifactStore(root)
-    (step,) = select_steps(pipeline, pipeline.plan(cfg, root), Selection(), store)
-    execute_step(step, store, "toy", cfg.execution)
+    _run_alone(stage, root, chunk_rows=10)
 
 
 def test_a_config_error_leaves_no_work_dir(tmp_path: Path) -> None:
