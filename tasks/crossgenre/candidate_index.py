@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tasks.common.built_once import built_once
+from tasks.common.built_once import DONE, built_once
 from tasks.common.search import bm25_rank_files
 from tasks.common.search.bm25_rank import Params, RankBm25
 from tasks.crossgenre.preprocess import (
@@ -68,6 +68,17 @@ def shared(ctx: StageContext[CandidatesConfig]) -> Shared:
         return _compute(ctx)
     folder = built_once(ctx.scratch_dir / "candidates-index", lambda tmp: _save(_compute(ctx), tmp))
     return _load(folder, ctx.config)
+
+
+def plan_of(ctx: StageContext[CandidatesConfig]) -> list[Expansion]:
+    """The expansion plan: read from this host's build, else computed alone (a driver whose
+    chunks all ran on other hosts needs no index for it)."""
+    folder = ctx.scratch_dir / "candidates-index" if ctx.scratch_dir else None
+    if folder is not None and (folder / DONE).is_file():
+        return _read_plan(folder)
+    if "pre" not in {VARIANTS[v][1] for v in ctx.config.variants}:
+        return []
+    return _plan(ctx, analyse_corpus(corpus(ctx)[1], "pre", ctx.config.threads))
 
 
 def corpus(ctx: StageContext[CandidatesConfig]) -> tuple[pa.Array, pa.Array]:
@@ -136,8 +147,7 @@ def _load(folder: Path, config: CandidatesConfig) -> Shared:
     for analysis in sorted({VARIANTS[v][1] for v in config.variants}):
         terms = pq.read_table(folder / f"{analysis}.terms.parquet").column("term").to_pylist()
         corpora[analysis] = Tokenised(terms, array(f"{analysis}.tokens.npy"), array(f"{analysis}.starts.npy"))
-    saved = json.loads((folder / "plan.json").read_text(encoding="utf-8"))
-    plan = [Expansion(**{**e, "long_forms": tuple(e["long_forms"])}) for e in saved]
+    plan = _read_plan(folder)
     indexes: dict[str, RankBm25] = {
         v: bm25_rank_files.load(folder / f"index-{v}")
         for v in config.variants
@@ -145,3 +155,8 @@ def _load(folder: Path, config: CandidatesConfig) -> Shared:
     }
     doc_ids = pq.read_table(folder / "doc_ids.parquet").column("doc_id").combine_chunks()
     return Shared(doc_ids, corpora, plan, indexes)
+
+
+def _read_plan(folder: Path) -> list[Expansion]:
+    saved = json.loads((folder / "plan.json").read_text(encoding="utf-8"))
+    return [Expansion(**{**e, "long_forms": tuple(e["long_forms"])}) for e in saved]

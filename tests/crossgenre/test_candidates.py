@@ -167,6 +167,25 @@ def test_chunks_give_the_bytes_of_one_chunk_and_the_recall_of_every_headline(tmp
     assert not (chunked.artifact.path.parent / f".work-{chunked.artifact.fingerprint}").exists()
 
 
+def test_the_plan_alone_equals_the_plan_of_the_shared_build(tmp_path: Path) -> None:
+    """``finalize`` on a host where no chunk ran computes the plan without building indexes."""
+    from irforge.stage import StageContext
+    from tasks.crossgenre.candidate_index import plan_of, shared
+
+    claims = [*gold(), *BP_HEADLINES]
+    ctx = StageContext(
+        CandidatesConfig(),
+        Path(__file__).parent,
+        upstream(tmp_path, claims),
+        scratch_dir=tmp_path / "scratch",
+    )
+    alone = plan_of(ctx)
+    assert not (tmp_path / "scratch").exists()  # nothing built for it
+    built = shared(ctx)
+    assert [e.abbreviation for e in alone] == ["BP"] and alone == built.plan == plan_of(ctx)
+    assert set(built.indexes) == {"okapi", "plus", "plus_pre"}
+
+
 def test_headline_without_a_known_term_is_excluded(tmp_path: Path) -> None:
     claims = [gold()[0], NOTHING]
     outcome = run(tmp_path, claims, variants=["okapi", "plus_pre"], top_k=10, recall_at=[1, 10])

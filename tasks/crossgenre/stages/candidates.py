@@ -57,7 +57,7 @@ from tasks.common.search.elastic.backend import ElasticsearchBackend
 from tasks.common.search.elastic.dsl import MAX_RESULT_WINDOW
 from tasks.common.search.elastic.options import ElasticsearchOptions
 from tasks.common.search.port import PASSAGE_SCHEMA, Hit, SearchBackend, SearchError
-from tasks.crossgenre.candidate_index import VARIANTS, Shared, shared
+from tasks.crossgenre.candidate_index import VARIANTS, Shared, plan_of, shared
 from tasks.crossgenre.preprocess import Analysis, Expansion, Tokenised, analyse_queries, expansion_words
 
 VariantName = Literal["okapi", "plus", "plus_pre"]
@@ -167,7 +167,7 @@ def finalize(kept: pa.Table, ctx: StageContext[CandidatesConfig]) -> ChunkResult
     claims = ctx.upstream["claims"].read(columns=["query_id", "pmids"])
     tables = {
         "recall": _recall(kept, claims, ctx.config.variants, ctx.config.recall_at),
-        "expansions": _expansions(shared(ctx).plan),
+        "expansions": _expansions(plan_of(ctx)),
     }
     return ChunkResult(kept, EXCLUDED_SCHEMA.empty_table(), tables)
 
