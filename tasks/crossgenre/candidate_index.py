@@ -16,7 +16,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -140,13 +140,13 @@ def _plan(ctx: StageContext[CandidatesConfig], corpus: Tokenised) -> list[Expans
 
 
 def _load(folder: Path, config: CandidatesConfig) -> Shared:
-    def array(name: str) -> Any:
-        return np.asarray(np.load(folder / name, mmap_mode="c", allow_pickle=False))
-
     corpora: dict[Analysis, Tokenised] = {}
     for analysis in sorted({VARIANTS[v][1] for v in config.variants}):
         terms = pq.read_table(folder / f"{analysis}.terms.parquet").column("term").to_pylist()
-        corpora[analysis] = Tokenised(terms, array(f"{analysis}.tokens.npy"), array(f"{analysis}.starts.npy"))
+        tokens, starts = (
+            bm25_rank_files.mapped(folder / f"{analysis}.{a}.npy") for a in ("tokens", "starts")
+        )
+        corpora[analysis] = Tokenised(terms, tokens, starts)
     plan = _read_plan(folder)
     indexes: dict[str, RankBm25] = {
         v: bm25_rank_files.load(folder / f"index-{v}")

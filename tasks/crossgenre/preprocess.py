@@ -30,6 +30,7 @@ words and stemming run once per distinct word.
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import re
 from collections import Counter
@@ -67,8 +68,9 @@ class Tokenised:
     tokens: I32
     starts: I64
 
-    @property
+    @functools.cached_property
     def index(self) -> dict[str, int]:
+        """Term → id, built once (every variant of a chunk encodes its queries with it)."""
         return {t: i for i, t in enumerate(self.terms)}
 
 

@@ -35,11 +35,16 @@ def save(index: RankBm25, folder: Path) -> None:
     )
 
 
+def mapped(path: Path) -> Any:
+    """The ``.npy`` array at ``path``, memory-mapped copy-on-write (module docstring)."""
+    return np.asarray(np.load(path, mmap_mode="c", allow_pickle=False))
+
+
 def load(folder: Path) -> RankBm25:
     """The index :func:`save` wrote under ``folder``, its arrays memory-mapped (copy-on-write)."""
 
     def array(name: str) -> Any:
-        return np.asarray(np.load(folder / f"{name}.npy", mmap_mode="c", allow_pickle=False))
+        return mapped(folder / f"{name}.npy")
 
     params = Params(**json.loads((folder / PARAMS).read_text(encoding="utf-8")))
     matrix = Bm25Matrix(**{name: array(f"matrix.{name}") for name in _MATRIX})

@@ -15,7 +15,7 @@ seed's split), ``method``, ``rank``, ``record_id``, ``score`` (the method's),
 ``bm25_score``, ``dense_score``. Side table ``fusion``: the settings (methods, λ, top N, RRF k
 and depth), one row, so that ``evaluate`` ranks review queries the same way. Excluded: ``empty_query`` (a question with no letter or digit).
 Chunks: one seed's queries each (the corpus is indexed and encoded once per seed), on a GPU
-worker where the encoder runs on one; the chunk of the first seed writes the ``fusion`` row.
+worker where the encoder runs on one; ``finalize`` writes the ``fusion`` row.
 """
 
 from __future__ import annotations
@@ -153,14 +153,16 @@ def process(chunk: pa.Table, ctx: StageContext[HybridConfig]) -> ChunkResult:
             {**r, "seed": seed, "part": part[r["query_id"]]}
             for r in first_stage(queries, corpus, params, encoder, config.fusion())
         ]
-    f = config.fusion()
+    return ChunkResult(rows_to_table(kept, SCHEMA), rows_to_table(excluded, EXCLUDED_SCHEMA))
+
+
+def finalize(kept: pa.Table, ctx: StageContext[HybridConfig]) -> ChunkResult:
+    """Every row kept; the ``fusion`` settings, one row for the stage."""
+    f = ctx.config.fusion()
     fusion = {"methods": list(f.methods), "bm25_weight": f.bm25_weight, "top_n": f.top_n}
     fusion |= {"rrf_k": f.rrf_k, "rrf_depth": f.rrf_depth}
-    first = chunk.num_rows > 0 and chunk["seed"][0].as_py() == _queries(ctx, {}).table["seed"][0].as_py()
     return ChunkResult(
-        rows_to_table(kept, SCHEMA),
-        rows_to_table(excluded, EXCLUDED_SCHEMA),
-        tables={"fusion": rows_to_table([fusion] if first else [], FUSION_SCHEMA)},
+        kept, EXCLUDED_SCHEMA.empty_table(), {"fusion": rows_to_table([fusion], FUSION_SCHEMA)}
     )
 
 
@@ -179,6 +181,7 @@ SPEC: StageSpec[HybridConfig] = StageSpec(
     key=("seed", "query_id"),
     source=_queries,
     process=process,
+    finalize=finalize,
     resources=resources,
     chunk_rows=1,  # with the grouped source: one seed's queries a chunk
     tables={"fusion": FUSION_SCHEMA},
