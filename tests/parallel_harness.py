@@ -247,3 +247,13 @@ def _recompute(
     differing = _differing(expected, got)
     if differing:
         check.differing[step.name] = differing
+
+
+def assert_pool_gave_the_inline_bytes(check: ParallelCheck, parallel: set[str]) -> None:
+    """Every chunk recomputed, the ``parallel`` stages' on the pool, in order, in other processes
+    than this one, and every file the same bytes as inline."""
+    assert check.differing == {}
+    assert check.chunks_recomputed == check.chunks
+    for name in parallel:
+        assert check.pool_chunks[name] == list(range(check.chunks[name])), name
+        assert check.pool_pids[name] and os.getpid() not in check.pool_pids[name], name

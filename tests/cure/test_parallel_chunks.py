@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,7 +28,7 @@ from tasks.cure.stages.pool import SPEC as POOL
 from tasks.cure.stages.pool import PoolConfig
 from tests.conftest import REPO
 from tests.fakes.llm_server import DEFAULT_MODEL, FakeChat, last_user_text
-from tests.parallel_harness import ParallelCheck, check_parallel_chunks
+from tests.parallel_harness import ParallelCheck, assert_pool_gave_the_inline_bytes, check_parallel_chunks
 
 DEMO = REPO / "flows" / "configs" / "cure.yaml"
 CHUNK_ROWS = 5  # the demo's smallest chunked input is parse's 9 articles: 2 chunks or more
@@ -88,12 +87,8 @@ def test_every_chunked_stage_ran_in_several_chunks(check: ParallelCheck) -> None
 
 
 def test_chunks_computed_on_the_pool_give_the_inline_bytes(check: ParallelCheck) -> None:
-    assert check.differing == {}
+    assert_pool_gave_the_inline_bytes(check, PARALLEL)
     assert "encoder.parquet" in check.compared["embed"]  # a side table, compared like the rows
-    assert check.chunks_recomputed == check.chunks
-    for name in PARALLEL:
-        assert check.pool_chunks[name] == list(range(check.chunks[name])), name
-        assert check.pool_pids[name] and os.getpid() not in check.pool_pids[name], name
 
 
 def test_whole_input_stages_stay_in_the_stage_process(check: ParallelCheck) -> None:

@@ -8,7 +8,6 @@ scripts it (the demo's embedded llama.cpp server keeps those stages' chunks in o
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +18,7 @@ from tasks.evidencebench.stages.align import SPEC as ALIGN
 from tasks.evidencebench.stages.align import AlignConfig
 from tests.evidencebench.test_build_stages import answer_with, write_config
 from tests.fakes.llm_server import FakeChat
-from tests.parallel_harness import ParallelCheck, check_parallel_chunks
+from tests.parallel_harness import ParallelCheck, assert_pool_gave_the_inline_bytes, check_parallel_chunks
 
 CHUNK_ROWS = 1  # papers gets 3 cited papers, refine 3 summaries, align and label 2: one a chunk
 STAGE_CHUNK_ROWS = {"harvest": 5}  # its 12 review sentences
@@ -54,11 +53,7 @@ def test_every_chunked_stage_ran_in_several_chunks(check: ParallelCheck) -> None
 
 
 def test_chunks_computed_on_the_pool_give_the_inline_bytes(check: ParallelCheck) -> None:
-    assert check.differing == {}
-    assert check.chunks_recomputed == check.chunks
-    for name in PARALLEL:
-        assert check.pool_chunks[name] == list(range(check.chunks[name])), name
-        assert check.pool_pids[name] and os.getpid() not in check.pool_pids[name], name
+    assert_pool_gave_the_inline_bytes(check, PARALLEL)
 
 
 def test_a_stage_declared_inline_keeps_its_chunks_in_the_stage_process(check: ParallelCheck) -> None:
