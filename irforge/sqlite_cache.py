@@ -88,13 +88,13 @@ class SqliteCache(Generic[V]):
             self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False
         )
         try:
-            self._open()
+            self._open(timeout_s)
         except BaseException:
             self._conn.close()
             raise
 
-    def _open(self) -> None:
-        mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    def _open(self, timeout_s: float) -> None:
+        mode = self._wal(timeout_s)
         if str(mode).lower() != "wal":
             raise self.error(
                 f"{self.what} {self.path}: SQLite refused WAL mode ({mode}); "
@@ -110,6 +110,20 @@ class SqliteCache(Generic[V]):
             f"CREATE TABLE IF NOT EXISTS {self._claims} (key TEXT PRIMARY KEY, owner TEXT NOT NULL, "
             "expires_at REAL NOT NULL) WITHOUT ROWID"
         )
+
+    def _wal(self, timeout_s: float) -> str:
+        """``PRAGMA journal_mode=WAL``, retried for up to ``timeout_s``: switching a new file's
+        mode needs it alone, and SQLite answers "database is locked" at once, without its busy
+        wait, while another process opens the same file (https://sqlite.org/wal.html#sometimes_queries_return_sqlite_busy_in_wal_mode)."""
+        deadline, delay = time.monotonic() + timeout_s, 0.01
+        while True:
+            try:
+                return str(self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
     def _row(self, value: V) -> tuple[Any, ...]:
         """The column values of ``value``, in the order of :attr:`columns`."""

@@ -290,3 +290,17 @@ def test_one_worker_pays_one_claim_transaction_per_call_and_none_when_all_hit(tm
         _, stats = cached_chat(model, cache, [ask(i) for i in range(10)], judge)
         assert (stats.hits, writes) == (10, [])
         assert len(server.asked()) == 10
+
+
+def _open_new_files_at_once(name: str, folder: str, files: int, barrier: Barrier, out: Queue[Any]) -> None:
+    for i in range(files):
+        barrier.wait(WAIT_S)
+        ReplyCache(Path(folder) / f"cache-{i}.sqlite").close()
+    out.put((name, files))
+
+
+def test_processes_opening_a_new_cache_file_at_once_all_get_it(tmp_path: Path) -> None:
+    """Pool workers start together and open the same fresh cache: switching it to WAL must wait
+    for the others, not fail with "database is locked"."""
+    got = spawned.race(_open_new_files_at_once, {f"w{i}": (str(tmp_path), 15) for i in range(4)})
+    assert got == {f"w{i}": (15,) for i in range(4)}
