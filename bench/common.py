@@ -1,5 +1,5 @@
 """What the benchmarks share: where the repository and the results are, the command line's
-common options, timing, the environment block of a result, tables and writing results.
+common options, timing (interleaved rounds of ours and a peer on equal threads), the environment block of a result, tables and writing results.
 
 A benchmark run as a script (``python bench/bench_x.py``) puts the repository on
 ``sys.path`` itself before it imports this module."""
@@ -7,10 +7,15 @@ A benchmark run as a script (``python bench/bench_x.py``) puts the repository on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
+import statistics
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -55,6 +60,113 @@ def best_of(repeat: int, fn: Callable[[], T]) -> tuple[T, float]:
     for _ in range(repeat - 1):
         best = min(best, timed(fn)[1])
     return result, best
+
+
+@dataclass
+class Timings:
+    """What :func:`interleaved` measured: each contender's cold call (the first, compiling and
+    warming caches included) and its warm calls, one a round, in seconds."""
+
+    cold: dict[str, float] = field(default_factory=dict)
+    warm: dict[str, list[float]] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def median(self, name: str) -> float:
+        """The median of ``name``'s warm seconds."""
+        return statistics.median(self.warm[name])
+
+    def ratio(self, peer: str, ours: str) -> str:
+        """:func:`ratio_text` of ``peer`` over ``ours``, warm rounds."""
+        return ratio_text(self.warm[peer], self.warm[ours])
+
+    def summary(self) -> dict[str, Any]:
+        """For the JSON results: per contender its cold seconds, warm seconds, warm median, min, max."""
+        return {
+            name: {
+                "cold_s": self.cold.get(name),
+                "warm_s": seconds,
+                "median_s": statistics.median(seconds) if seconds else None,
+                "min_s": min(seconds, default=None),
+                "max_s": max(seconds, default=None),
+            }
+            for name, seconds in self.warm.items()
+        }
+
+
+def interleaved(contenders: dict[str, Callable[[], Any]], rounds: int = 3, *, warmup: bool = True) -> Timings:
+    """Time ``contenders`` on the same machine state: first each called once, in the given order
+    (its ``cold`` time, compiling included; skipped when not ``warmup``), then ``rounds`` warm
+    rounds calling each once, the order rotated every round so that the machine's drift (a
+    neighbour's load, thermal state) falls on every contender alike. Each one's last result is
+    kept in ``results``."""
+    names = list(contenders)
+    out = Timings(warm={name: [] for name in names})
+    if warmup:
+        for name in names:
+            out.results[name], out.cold[name] = timed(contenders[name])
+    for r in range(rounds):
+        shift = r % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            out.results[name], seconds = timed(contenders[name])
+            out.warm[name].append(seconds)
+    return out
+
+
+def ratio_text(peer_seconds: Sequence[float], ours_seconds: Sequence[float]) -> str:
+    """``"1.62× (1.55–1.70)"``: the peer's seconds over ours, round by round (pairs taken in
+    order), median (min–max); above 1 is ours faster."""
+    ratios = ratios_of(peer_seconds, ours_seconds)
+    if not ratios:
+        return "n/a"
+    return f"{statistics.median(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f})"
+
+
+def ratios_of(peer_seconds: Sequence[float], ours_seconds: Sequence[float]) -> list[float]:
+    """The peer's seconds over ours, round by round (a zero of ours left out)."""
+    return [p / o for p, o in zip(peer_seconds, ours_seconds, strict=False) if o > 0]
+
+
+def ratio_summary(peer_seconds: Sequence[float], ours_seconds: Sequence[float]) -> dict[str, Any]:
+    """For the JSON results: peer/ours per round, their median, min, max and :func:`ratio_text`."""
+    ratios = ratios_of(peer_seconds, ours_seconds)
+    return {
+        "ratios": ratios,
+        "median": statistics.median(ratios) if ratios else None,
+        "min": min(ratios, default=None),
+        "max": max(ratios, default=None),
+        "text": ratio_text(peer_seconds, ours_seconds),
+    }
+
+
+@contextlib.contextmanager
+def same_threads(n: int) -> Iterator[int]:
+    """Run the block with ``n`` threads for numba, torch (when already imported) and the BLAS /
+    OpenMP pools (threadpoolctl, https://github.com/joblib/threadpoolctl), so that ours and a
+    peer run on equal footing; the previous counts come back after. Yields ``n``."""
+    import numba  # noqa: PLC0415 -- heavy import, only where threads are pinned
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    torch = sys.modules.get("torch")
+    before_numba = numba.get_num_threads()
+    before_torch = torch.get_num_threads() if torch is not None else None
+    numba.set_num_threads(min(n, getattr(numba.config, "NUMBA_NUM_THREADS", n)))
+    if torch is not None:
+        torch.set_num_threads(n)
+    try:
+        with threadpool_limits(limits=n):
+            yield n
+    finally:
+        numba.set_num_threads(before_numba)
+        if torch is not None and before_torch is not None:
+            torch.set_num_threads(before_torch)
+
+
+def all_cores() -> int:
+    """This process's usable cores (its affinity where the OS says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def environment(**versions: Any) -> dict[str, Any]:
