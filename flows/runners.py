@@ -135,9 +135,50 @@ class PrefectChunkRunner:
             raise error
 
 
-def _set_environment(env: dict[str, str]) -> None:
-    """A pool worker's initializer: ``env`` before Prefect reads its settings."""
+def _start_worker(env: dict[str, str], settings: dict[str, Any]) -> None:
+    """A pool worker's initializer: ``env``, then Prefect's settings and one client, once for all
+    its task runs (entered for the worker's life: its one thread runs every task).
+
+    For each task run Prefect's pool rebuilds the driver's settings from their serialized form
+    (``hydrated_context`` in prefect/context.py: pydantic-settings re-reads the environment, the
+    dotenv and profile files) and builds a client twice (``hydrated_context``, then the task
+    engine's ``SyncClientContext.get_or_create``), each with a new ``ssl.create_default_context``
+    even for a loopback ``http://`` server (prefect/client/orchestration/__init__.py): with a
+    sub-millisecond chunk, 66 % and 38 % of a worker's samples (py-spy). Both clients come from
+    the open ``SyncClientContext`` when there is one; :class:`_PoolTaskRunner` sends no settings.
+    """
     os.environ.update(env)
+    from prefect.context import SettingsContext, SyncClientContext  # noqa: PLC0415 -- Prefect's pool imported them
+
+    SettingsContext(**settings).__enter__()  # exited with the process
+    if PREFECT_API_URL.value():  # else a client would start a server of its own: left to Prefect
+        SyncClientContext().__enter__()
+
+
+class _PoolTaskRunner(ProcessPoolTaskRunner):
+    """Prefect's process pool, its workers holding the driver's settings from the start
+    (:func:`_start_worker`): the context each task run gets leaves them out. Prefect serializes
+    that context once for the runner's life (``_cached_context``, prefect/task_runners.py), so a
+    worker's settings are the ones each task run would have rebuilt; should a Prefect release
+    drop that attribute, every task run gets its settings again (slower, the same)."""
+
+    def __init__(self, workers: int, env: dict[str, str]) -> None:
+        from prefect.context import SettingsContext  # noqa: PLC0415
+
+        current = SettingsContext.get()
+        settings = current.serialize() if current else {}
+        super().__init__(workers, initializer=_start_worker, initargs=(env, settings))
+
+    def submit(self, task: Any, parameters: dict[str, Any], *more: Any, **named: Any) -> Any:
+        if getattr(self, "_cached_context", False) is None:
+            from prefect.context import serialize_context  # noqa: PLC0415
+            from prefect.settings import get_current_settings  # noqa: PLC0415
+
+            self._cached_context = serialize_context() | {"settings_context": {}}
+            self._cached_env = (
+                get_current_settings().to_environment_variables(exclude_unset=True) | os.environ
+            )
+        return super().submit(task, parameters, *more, **named)
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -186,7 +227,7 @@ def make_task_runner(execution: ExecutionConfig) -> TaskRunner[Any]:
     if execution.runner == "process":
         workers = execution.workers or os.cpu_count() or 1
         env = _worker_environment() | thread_shares(workers)
-        return ProcessPoolTaskRunner(workers, initializer=_set_environment, initargs=(env,))
+        return _PoolTaskRunner(workers, env)
     if execution.runner == "ray":
         from prefect_ray import RayTaskRunner  # noqa: PLC0415
 

@@ -1,0 +1,70 @@
+"""What a chunk costs on the process pool beyond its work (flows/runners.py ``_PoolTaskRunner``):
+Prefect's settings and client are built once per worker, not per task run, and each chunk is
+still a task run of its own on the server (what the UI shows)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from flows.runners import PrefectChunkRunner
+from irforge.config import ExecutionConfig
+from irforge.parallel import CPU, ChunkCall
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[PrefectChunkRunner]:
+    runner = PrefectChunkRunner(ExecutionConfig(runner="process", workers=2), "pool")
+    yield runner
+    runner.close()
+
+
+def _worker_state() -> tuple[int, int, int, str | None]:
+    from prefect.context import SettingsContext, SyncClientContext
+    from prefect.settings import PREFECT_API_URL
+
+    settings, client = SettingsContext.get(), SyncClientContext.get()
+    assert settings is not None and client is not None
+    return os.getpid(), id(settings), id(client.client), PREFECT_API_URL.value()
+
+
+def _calls(fn: Any, n: int, stage: str = "state") -> Iterator[ChunkCall]:
+    return iter([ChunkCall(i, f"{stage}[{i}]", fn, ()) for i in range(n)])
+
+
+def test_a_worker_builds_prefects_settings_and_client_once(pool: PrefectChunkRunner) -> None:
+    states = [state for _i, state in pool.run(_calls(_worker_state, 8), CPU)]
+    by_pid: dict[int, set[tuple[int, int]]] = {}
+    for pid, settings, client, _url in states:
+        by_pid.setdefault(pid, set()).add((settings, client))
+    assert os.getpid() not in by_pid
+    assert all(len(seen) == 1 for seen in by_pid.values()), by_pid  # one of each per worker
+    assert {url for *_rest, url in states} != {None}  # the driver's server, not one of their own
+
+
+def _nothing() -> None:
+    return None
+
+
+def test_each_chunk_is_still_a_task_run_on_the_server(pool: PrefectChunkRunner) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
+
+    stage = f"probe{uuid.uuid4().hex[:8]}"
+    assert [i for i, _ in pool.run(_calls(_nothing, 3, stage), CPU)] != []
+    names = [f"pool.{stage}[{i}]" for i in range(3)]
+    found: list[Any] = []
+    deadline = time.monotonic() + 30  # the server records task runs from events, a moment later
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            found = client.read_task_runs(task_run_filter=TaskRunFilter(name=TaskRunFilterName(any_=names)))
+            if len(found) == 3 and all(r.state and r.state.is_completed() for r in found):
+                break
+            time.sleep(0.5)
+    assert sorted(r.name for r in found) == names
+    assert all(r.state is not None and r.state.is_completed() for r in found)
