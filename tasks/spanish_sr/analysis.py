@@ -18,15 +18,26 @@ Snowball's Spanish stemmer already removes acute accents from vowels in its last
 stem alike either way; folding still matters for "ñ" and "ü" ("niños" → "niñ", "ninos" →
 "nin"), at a cost: "años" (years) and "anos" become one term. spaCy's Spanish list already
 holds stop words both with and without their accent ("más", "mas").
+
+:meth:`Analyzer.document` and :meth:`Analyzer.query` run these steps word by word on one text;
+:meth:`Analyzer.documents` and :meth:`Analyzer.queries`, what the flow's stages call on whole
+corpora, give the same terms but analyse each *distinct* whitespace-separated piece of text
+once (a piece → terms cache on the analyzer, PyStemmer's ``stemWords`` on a batch's new words
+in one call), the text itself only NFC-normalised and split: a corpus's pieces repeat, and
+the per-word steps were most of the ``bm25`` stage (issue 26 item 4).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 
 import Stemmer  # type: ignore[import-not-found]
 
@@ -34,18 +45,40 @@ from irforge.errors import ConfigError
 from tasks.spanish_sr.language import LanguageProfile, fold_accents, profile
 
 WORD = re.compile(r"[^\W_]+")
+CACHE_PIECES = 1_000_000  # distinct pieces an Analyzer's cache keeps (~200 MB) before it starts afresh
 
 
 def stop_words(lang: LanguageProfile) -> frozenset[str]:
     """The ``STOP_WORDS`` set of ``lang.stop_words_module`` (a one-line ConfigError when absent)."""
     try:
-        module = importlib.import_module(lang.stop_words_module)
+        module = _module_alone(lang.stop_words_module)
     except ImportError as err:
         raise ConfigError(f"language {lang.code}: cannot import {lang.stop_words_module} ({err})") from None
     words = getattr(module, "STOP_WORDS", None)
     if not isinstance(words, (set, frozenset)):
         raise ConfigError(f"language {lang.code}: {lang.stop_words_module} has no STOP_WORDS set")
     return frozenset(str(w) for w in words)
+
+
+def _module_alone(name: str) -> ModuleType:
+    """Module ``name`` run from its own file, without its packages' ``__init__``: importing
+    ``spacy.lang.es.stop_words`` the usual way imports spaCy, thinc and torch (seconds, at
+    every ``irforge status``) for a list of words. A module that needs its package (a relative
+    import) is imported the usual way."""
+    top, _, rest = name.partition(".")
+    spec = importlib.util.find_spec(top)  # a top-level name is found without importing it
+    roots = list(spec.submodule_search_locations or []) if spec is not None and rest else []
+    for root in roots:
+        path = Path(root, *rest.split(".")).with_suffix(".py")
+        alone = importlib.util.spec_from_file_location(f"_irforge_alone.{name}", path)
+        if path.is_file() and alone is not None and alone.loader is not None:
+            module = importlib.util.module_from_spec(alone)
+            try:
+                alone.loader.exec_module(module)
+            except ImportError:
+                break
+            return module
+    return importlib.import_module(name)
 
 
 @dataclass
@@ -58,6 +91,8 @@ class Analyzer:
     _stop: frozenset[str] = field(init=False, repr=False)
     _operators: frozenset[str] = field(init=False, repr=False)
     _stemmer: Stemmer.Stemmer = field(init=False, repr=False)
+    _cache: dict[str, tuple[str, ...]] = field(init=False, repr=False, default_factory=dict)
+    _query_cache: dict[str, tuple[str, ...]] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._profile = profile(self.language)
@@ -89,8 +124,32 @@ class Analyzer:
         words = WORD.findall(unicodedata.normalize("NFC", text or ""))
         return self._terms(w for w in words if w not in self._operators)
 
+    def _pieces(self, texts: Sequence[str | None], query: bool) -> list[list[str]]:
+        """Each NFC text's whitespace-separated pieces, every one then in the cache. No word of
+        ``WORD`` holds whitespace (none of ``str.split``'s separators is a letter or digit), so a
+        text's words are its pieces' words in order, and a piece's terms can be looked up."""
+        cache = self._query_cache if query else self._cache
+        batch = [unicodedata.normalize("NFC", t or "").split() for t in texts]
+        new = [p for p in set(itertools.chain.from_iterable(batch)) if p not in cache]
+        if len(cache) + len(new) > CACHE_PIECES:
+            cache.clear()
+            new = list(set(itertools.chain.from_iterable(batch)))
+        words = [WORD.findall(p) for p in new]
+        if query:
+            words = [[w for w in ws if w not in self._operators] for ws in words]
+        distinct = list(set(itertools.chain.from_iterable(words)))
+        normal = [self._normal(w) for w in distinct]
+        kept = [(w, n) for w, n in zip(distinct, normal, strict=True) if n not in self._stop]
+        term = dict(zip([w for w, _ in kept], self._stemmer.stemWords([n for _, n in kept]), strict=True))
+        cache.update((p, tuple(term[w] for w in ws if w in term)) for p, ws in zip(new, words, strict=True))
+        return batch
+
     def documents(self, texts: Sequence[str | None]) -> list[list[str]]:
-        return [self.document(t) for t in texts]
+        """:meth:`document` of each text, each distinct piece analysed once."""
+        get = self._cache.__getitem__
+        return [list(itertools.chain.from_iterable(map(get, p))) for p in self._pieces(texts, False)]
 
     def queries(self, texts: Sequence[str | None]) -> list[list[str]]:
-        return [self.query(t) for t in texts]
+        """:meth:`query` of each text, each distinct piece analysed once."""
+        get = self._query_cache.__getitem__
+        return [list(itertools.chain.from_iterable(map(get, p))) for p in self._pieces(texts, True)]
