@@ -173,7 +173,7 @@ def test_an_index_saved_and_memory_mapped_searches_the_same(tmp_path: Path) -> N
         index = RankBm25.build(tokens, starts, len(vocabulary), params)
         bm25_rank_files.save(index, tmp_path / params.variant)
         mapped = bm25_rank_files.load(tmp_path / params.variant)
-        assert mapped.params == params and not mapped.matrix.weights.flags.owndata  # the file's pages
+        assert mapped.params == params and not mapped.weights.flags.owndata  # the file's pages
         one, two = index.search(q_terms, q_starts, 25), mapped.search(q_terms, q_starts, 25)
         assert one.scores.tobytes() == two.scores.tobytes() and np.array_equal(one.rows, two.rows)
 

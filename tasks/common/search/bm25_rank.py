@@ -1,4 +1,4 @@
-"""rank_bm25's BM25 variants, exact, over pre-tokenised documents, on the embedded MaxScore kernel.
+"""rank_bm25's BM25 variants, exact, over pre-tokenised documents, on numba kernels.
 
 rank_bm25 (https://github.com/dorianbrown/rank_bm25, ``rank_bm25.py``; the tool of paper 003
 §3.1) scores every document in Python for every query. :class:`RankBm25` gives the same
@@ -14,14 +14,13 @@ ranking, fast (``bench/bench_crossgenre_bm25.py``: ~1,000x rank_bm25 at 222,000 
   for *every* document, holding the term or not. ``l`` (BM25L, as rank_bm25 writes it, with
   its ``tf`` factor): ``idf = ln(N + 1) - ln(df + 0.5)``, ``ctd = tf / norm``,
   ``idf tf (k1 + 1) (ctd + delta) / (k1 + ctd + delta)``.
-* **Search**: a :class:`~tasks.common.search.bm25_kernels.Bm25Matrix` whose posting weights
-  are those per-term scores (float32; BM25+'s ``idf * delta`` left out) gives each query's
-  top ``k + margin`` through the MaxScore kernel (:func:`~tasks.common.search.bm25_kernels.search`,
-  threads over query slices); :mod:`tasks.common.search.bm25_rank_kernels` rescores those
-  rows exactly in float64 and sorts them by (score descending, then id rank ascending). The
-  result is proven to be the exact top ``k`` when the ``k``-th exact score is above the
-  kernel's last score (plus its float32 error); otherwise that query runs again with a 4x
-  window, up to every matching document.
+* **Search** (:data:`~tasks.common.search.bm25_rank_kernels.top_k`): each posting holds its
+  term's score there (float64, computed once by the build); a query sums its terms'
+  postings into a dense accumulator per thread, in ascending term id order, and keeps the
+  exact top ``k`` by (score descending, then id rank ascending). Queries run in slices, one
+  kernel call per thread at a time (numba frees the GIL). Measured
+  (``bench/bench_crossgenre_bm25.py``) against bm25s, which sums precomputed float32 scores
+  the same way: see ``bench/results/crossgenre_bm25.json``.
 * BM25+'s per-term ``idf * delta`` is the same for every document of a query: it is added
   to the reported scores (so they equal rank_bm25's), not to the kernel's weights. So in
   rank_bm25, ``delta`` never changes the order (bm25s adds it only for held terms).
@@ -29,8 +28,8 @@ ranking, fast (``bench/bench_crossgenre_bm25.py``: ~1,000x rank_bm25 at 222,000 
   scoring above what a document holding none scores (0, or BM25+'s constant). rank_bm25's
   ``get_top_n`` would pad a short list with such documents in arbitrary order; this does not.
 
-Memory: 12 bytes a posting (row, float32 weight, frequency) plus 4 bytes a document per
-term found in an eighth of the documents or more (the kernel's dense rows).
+Memory: 12 bytes a posting (row, float64 score), 24 bytes a document (norm, id rank; and
+per search thread an accumulator).
 """
 
 from __future__ import annotations
@@ -40,26 +39,24 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from tasks.common.search import bm25_rank_kernels as rk
-from tasks.common.search.bm25_kernels import Bm25Matrix, search, term_postings
+from tasks.common.search.bm25_kernels import term_postings
 
 __all__ = ["Params", "RankBm25", "Ranking", "Variant", "encode_documents", "encode_queries"]
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
-# The exact rescoring's per-term formula: plain arithmetic, so it also runs elementwise on arrays.
-_weight: Callable[..., Any] = rk._term_weight_py
-B1 = npt.NDArray[np.bool_]
 
 Variant = Literal["okapi", "plus", "l"]
 _CODES: Mapping[str, int] = {"okapi": rk.OKAPI, "plus": rk.PLUS, "l": rk.L}
 _DELTA: Mapping[str, float] = {"okapi": 0.0, "plus": 1.0, "l": 0.5}  # rank_bm25's defaults
+SLICE = 64  # queries a kernel call: small enough to balance the threads, large enough to pay its setup
 
 
 @dataclass(frozen=True)
@@ -91,13 +88,12 @@ class RankBm25:
     """An index of term-id documents scored with one rank_bm25 variant; see the module docstring."""
 
     params: Params
-    matrix: Bm25Matrix  # float32 weights of the positive-idf terms (the others' postings are 0)
-    tf: I32  # frequency of each posting of ``matrix``
+    indptr: I64  # [terms + 1]: term t's postings are indptr[t]:indptr[t + 1]
+    docs: I32  # the row of each posting, ascending within a term
+    weights: F64  # the term's score in that row (rank_bm25's, without BM25+'s idf * delta)
     idf: F64  # [terms]: rank_bm25's idf (okapi: floored); 0 for a term no document holds
-    positive: B1  # [terms]: idf > 0 (the kernel's terms)
     norms: F64  # [documents]: 1 - b + b * dl / avgdl
     id_rank: I64  # [documents]: the tie-break rank of each row
-    by_rank: I64  # [documents]: the row of each rank
 
     @classmethod
     def build(
@@ -116,14 +112,11 @@ class RankBm25:
         average = float(lengths.sum()) / n or 1.0  # no tokens at all: no document is ever scored
         norms = 1.0 - params.b + params.b * lengths / average
         idf = _idf(params, df, n)
-        positive = idf > 0
-        weights = np.repeat(idf, df) * _weight_part(params, tf.astype(np.float64), norms[docs])
-        weights[~np.repeat(positive, df)] = 0.0
-        matrix = Bm25Matrix.from_postings(indptr, docs, weights.astype(np.float32), n)
+        weights = rk.posting_weights(
+            indptr, docs, tf, idf, norms, params.k1, params.delta_value, _CODES[params.variant]
+        )
         ranks = np.arange(n, dtype=np.int64) if id_rank is None else np.asarray(id_rank, dtype=np.int64)
-        by_rank = np.empty(n, dtype=np.int64)
-        by_rank[ranks] = np.arange(n, dtype=np.int64)
-        return cls(params, matrix, tf, idf, positive, norms, ranks, by_rank)
+        return cls(params, indptr, docs, weights, idf, norms, ranks)
 
     @property
     def documents(self) -> int:
@@ -150,10 +143,10 @@ class RankBm25:
         known terms in ascending id order, each times its multiplicity, summed from 0), without
         ranking. A document matches when it holds a positive-idf query term and scores above 0;
         the others score :meth:`constant`, which a match's score includes too."""
-        n, p = self.documents, self.params
+        n = self.documents
         constant = self.constant(q_terms, q_starts)
         full = np.repeat(constant[:, None], n, axis=1)
-        indptr, docs, code = self.matrix.indptr, self.matrix.docs, _CODES[p.variant]
+        indptr, docs, weights = self.indptr, self.docs, self.weights
         matches = []
         for q in range(len(q_starts) - 1):
             query = q_terms[q_starts[q] : q_starts[q + 1]]
@@ -162,11 +155,8 @@ class RankBm25:
             held = np.zeros(n, dtype=np.bool_)
             for t, mult in zip(terms.tolist(), counts.astype(np.float64).tolist(), strict=True):
                 rows = docs[indptr[t] : indptr[t + 1]]
-                tf = self.tf[indptr[t] : indptr[t + 1]].astype(np.float64)
-                acc[rows] += mult * _weight(
-                    code, float(self.idf[t]), tf, self.norms[rows], p.k1, p.delta_value
-                )
-                held[rows] |= bool(self.positive[t])
+                acc[rows] += mult * weights[indptr[t] : indptr[t + 1]]
+                held[rows] |= bool(self.idf[t] > 0)
             keep = held & (acc > 0.0)
             full[q, keep] = acc[keep] + constant[q]
             matches.append(int(np.count_nonzero(keep)))
@@ -185,41 +175,15 @@ class RankBm25:
         out = Ranking(
             np.zeros((count, k), np.int32), np.zeros((count, k), np.float64), np.zeros(count, np.int32)
         )
-        pending = np.arange(count, dtype=np.int64)
-        window = min(n, k + max(16, k // 16))  # measured: enough to prove ~every query at once
-        while len(pending):
-            terms, starts = _subset(q_terms, q_starts, pending)
-            proven = self._pass(terms, starts, k, window, threads, out, pending)
-            pending = pending[~(proven | (window >= n))]
-            window = min(n, window * 4)
+
+        def run(lo: int, hi: int) -> None:
+            rk.top_k(self.indptr, self.docs, self.weights, self.idf, self.id_rank, q_terms, q_starts,
+                     lo, hi, k, out.rows, out.scores, out.counts)  # fmt: skip
+
+        _in_slices(count, threads, run)
         out.scores[:] += self.constant(q_terms, q_starts)[:, None]
         out.scores[np.arange(k)[None, :] >= out.counts[:, None]] = 0.0
         return out
-
-    def _pass(
-        self, terms: I32, starts: I64, k: int, window: int, threads: int, out: Ranking, which: I64
-    ) -> B1:
-        """One kernel search of ``window`` rows and the exact rescoring, into ``out[which]``."""
-        positive = np.append(self.positive, False)  # -1, an unknown term, reads the spare False
-        kernel_terms = np.where(positive[terms], terms, -1).astype(np.int32)
-        m = self.matrix
-        rows, approx, counts = search(m, kernel_terms, starts, window, self.id_rank, self.by_rank, threads)
-        scores = np.zeros(rows.shape, dtype=np.float64)
-        proven = np.zeros(len(counts), dtype=np.bool_)
-        p = self.params
-
-        def run(lo: int, hi: int) -> None:
-            rk.rescore(
-                m.indptr, m.docs, self.tf, self.idf, self.norms, self.id_rank, m.max_weight, p.k1, p.delta_value,
-                _CODES[p.variant], terms, starts, lo, hi, k, window, rows, approx, counts, scores, proven,
-            )  # fmt: skip
-
-        _in_slices(len(counts), threads, run)
-        got = np.minimum(counts, k)
-        out.rows[which] = rows[:, :k]
-        out.scores[which] = scores[:, :k]
-        out.counts[which] = got
-        return proven
 
 
 def _idf(params: Params, df: I64, n: int) -> F64:
@@ -238,37 +202,14 @@ def _idf(params: Params, df: I64, n: int) -> F64:
     return idf
 
 
-def _weight_part(params: Params, tf: F64, norm: F64) -> F64:
-    """Each posting's score divided by its term's idf (the kernel's weights, before float32)."""
-    k1, delta = params.k1, params.delta_value
-    if params.variant == "okapi":
-        out: F64 = tf * (k1 + 1) / (tf + k1 * norm)
-    elif params.variant == "plus":
-        out = (tf * (k1 + 1)) / (k1 * norm + tf)
-    else:
-        ctd = tf / norm
-        out = tf * (k1 + 1) * (ctd + delta) / (k1 + ctd + delta)
-    return out
-
-
-def _subset(terms: I32, starts: I64, which: I64) -> tuple[I32, I64]:
-    """The queries ``which`` of a CSR batch, as a CSR batch of their own."""
-    if len(which) == len(starts) - 1:
-        return terms, starts
-    sizes = (starts[which + 1] - starts[which]).astype(np.int64)
-    parts = [terms[starts[q] : starts[q + 1]] for q in which.tolist()]
-    flat = np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
-    return flat, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-
-
 def _in_slices(count: int, threads: int, run: Callable[[int, int], None]) -> None:
-    """``run(lo, hi)`` over contiguous slices of ``range(count)``, one thread each (numba frees the GIL)."""
-    parts = max(1, min(threads, count // 16))
-    cuts = [count * i // parts for i in range(parts + 1)]
-    if parts == 1:
+    """``run(lo, hi)`` over slices of ``range(count)`` of at most :data:`SLICE` queries, on
+    ``threads`` threads taking the next slice when done (numba frees the GIL)."""
+    cuts = [*range(0, count, SLICE), count]
+    if threads == 1 or len(cuts) <= 2:
         run(0, count)
         return
-    with ThreadPoolExecutor(parts) as pool:
+    with ThreadPoolExecutor(min(threads, len(cuts) - 1)) as pool:
         list(pool.map(run, cuts[:-1], cuts[1:]))
 
 

@@ -15,24 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from tasks.common.search.bm25_kernels import Bm25Matrix
 from tasks.common.search.bm25_rank import Params, RankBm25
 
 PARAMS = "params.json"
-_MATRIX = tuple(f.name for f in dataclasses.fields(Bm25Matrix))
-_ARRAYS = tuple(f.name for f in dataclasses.fields(RankBm25) if f.name not in ("params", "matrix"))
+FORMAT = 2  # 2: float64 posting scores (1, before: float32 weights and frequencies)
+_ARRAYS = tuple(f.name for f in dataclasses.fields(RankBm25) if f.name != "params")
 
 
 def save(index: RankBm25, folder: Path) -> None:
     """Write ``index`` under ``folder`` (created)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in _MATRIX:
-        np.save(folder / f"matrix.{name}.npy", getattr(index.matrix, name), allow_pickle=False)
     for name in _ARRAYS:
         np.save(folder / f"{name}.npy", getattr(index, name), allow_pickle=False)
-    (folder / PARAMS).write_text(
-        json.dumps(dataclasses.asdict(index.params), sort_keys=True), encoding="utf-8"
-    )
+    saved = {"format": FORMAT, **dataclasses.asdict(index.params)}
+    (folder / PARAMS).write_text(json.dumps(saved, sort_keys=True), encoding="utf-8")
 
 
 def mapped(path: Path) -> Any:
@@ -46,6 +42,9 @@ def load(folder: Path) -> RankBm25:
     def array(name: str) -> Any:
         return mapped(folder / f"{name}.npy")
 
-    params = Params(**json.loads((folder / PARAMS).read_text(encoding="utf-8")))
-    matrix = Bm25Matrix(**{name: array(f"matrix.{name}") for name in _MATRIX})
-    return RankBm25(params, matrix, **{name: array(name) for name in _ARRAYS})
+    saved = json.loads((folder / PARAMS).read_text(encoding="utf-8"))
+    if saved.pop("format", 1) != FORMAT:
+        raise ValueError(
+            f"{folder}: a rank_bm25 index of another format (not {FORMAT}): delete it to rebuild"
+        )
+    return RankBm25(Params(**saved), **{name: array(name) for name in _ARRAYS})
