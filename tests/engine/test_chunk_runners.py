@@ -162,7 +162,7 @@ def test_two_node_ray_cluster_equals_inline_and_places_gpu_chunks_on_the_gpu_nod
     finally:
         runner.close()
         ray.shutdown()
-        cluster.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
     assert len({node for _, _, node in chunks_logged(tmp_path / "numbers.log")}) == 2
     square_chunks = chunks_logged(tmp_path / "square.log")
     assert len(square_chunks) >= 2 and {node for _, _, node in square_chunks} == {gpu_node.node_id}
