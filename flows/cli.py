@@ -22,27 +22,24 @@ from collections.abc import Callable
 from functools import wraps
 from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 
+from flows.plain_run import RunResult, artifact_root, nothing_to_compute, run_reused
 from flows.registry import get_pipeline
 from flows.sigterm import Terminated, exit_on_sigterm, leave
 from irforge.artifacts import Artifact, ArtifactStore
 from irforge.errors import IrforgeError
+from irforge.pipeline import Selection, select_steps
 from irforge.runs import latest_fingerprints
 from irforge.status import flow_status
 from irforge.summary import rows_table, run_summary, status_table
-from tasks.common.release.hub import push_release
-from tasks.common.report.html import write_report
-from tasks.cure import calibration
-from tasks.cure.stages.pool import stored_floor
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Build IR test collections as Prefect flows."
@@ -155,29 +152,39 @@ def run(
     """Run a flow (or part of it). Stages whose fingerprint exists are reused."""
     _setup_logging()
     pipeline = get_pipeline(flow)
-    pipeline.load(config)  # a bad flow name or config fails here, before Prefect starts a server
-    for name in (from_stage, only, until):
-        if name is not None:
-            pipeline.spec(name)
+    # A bad flow name, config or stage fails here, before Prefect starts a server.
+    flow_config, base_dir = pipeline.load(config)
+    selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
+    store = ArtifactStore.open(artifact_root(artifacts))
+    steps = select_steps(pipeline, pipeline.plan(flow_config, base_dir), selection, store)
+    if nothing_to_compute(pipeline, steps, store):
+        # Every artifact exists: reuse them without Prefect's server (seconds for no work).
+        result = run_reused(pipeline, config, store, steps, flow_config.execution)
+    else:
+        result = _run_with_prefect(flow, config, artifacts, selection)
+    out.print(run_summary(flow, result.outcomes))
+    out.print(f"run record: {result.record_path}", highlight=False)
+    if result.report_path is not None:
+        out.print(f"run report: {result.report_path}", highlight=False)
+
+
+def _run_with_prefect(flow: str, config: Path | None, artifacts: str, selection: Selection) -> RunResult:
     from flows.ephemeral import guard_temporary_server  # noqa: PLC0415 -- imports Prefect
     from flows.run import irforge_flow  # noqa: PLC0415 -- Prefect is slow to import: only `run` needs it
 
     if not _debug():
         _quiet_prefect_on_user_errors()
     guard_temporary_server()
-    result = irforge_flow(
+    result: RunResult = irforge_flow(
         flow=flow,
         config=str(config) if config else None,
         artifacts=artifacts,
-        from_stage=from_stage,
-        only=only,
-        until=until,
-        force=force,
+        from_stage=selection.from_stage,
+        only=selection.only,
+        until=selection.until,
+        force=selection.force,
     )
-    out.print(run_summary(flow, result.outcomes))
-    out.print(f"run record: {result.record_path}", highlight=False)
-    if result.report_path is not None:
-        out.print(f"run report: {result.report_path}", highlight=False)
+    return result
 
 
 @app.command()
@@ -298,9 +305,14 @@ def calibrate(
     artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
 ) -> None:
     """Sweep pool cut-offs on a labelled sample: relevant-rate minus irrelevant-rate, pool size, plot."""
+    import pyarrow.csv as pacsv  # noqa: PLC0415 -- a command imports what it runs only
+
+    from tasks.cure import calibration  # noqa: PLC0415
+    from tasks.cure.stages.pool import stored_floor  # noqa: PLC0415
+
     if scale not in ("probability", "logit"):
         raise IrforgeError(f"--scale must be probability or logit, not {scale!r}")
-    on: calibration.Scale = "probability" if scale == "probability" else "logit"
+    on: Literal["probability", "logit"] = "probability" if scale == "probability" else "logit"
     pool = _fresh_artifact(flow, "pool", config, ArtifactStore.open(artifacts))
     floor = stored_floor(pool, on)
     if floor is None:
@@ -362,6 +374,8 @@ def release(
         shutil.copytree(folder, out_dir, dirs_exist_ok=True)
         out.print(f"release copied to {out_dir}", highlight=False)
     if push is not None:
+        from tasks.common.release.hub import push_release  # noqa: PLC0415
+
         url = push_release(folder, push, token=os.environ.get("HF_TOKEN") or None, private=private)
         out.print(f"pushed to {push}: {url}", highlight=False)
     if out_dir is None and push is None:
@@ -376,6 +390,8 @@ def report(
     artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
 ) -> None:
     """Write (again) the HTML report of a run and print its path."""
+    from tasks.common.report.html import write_report  # noqa: PLC0415 -- matplotlib
+
     sections = get_pipeline(flow).report_sections
     root = ArtifactStore.open(artifacts).root
     out.print(str(write_report(root, flow, run_id, sections=sections)), highlight=False)

@@ -11,8 +11,6 @@ import typer
 from flows.cli import INTERNAL_ERROR, ConfigOpt, FlowArg, _one_line_errors, app, err, out
 from flows.registry import get_pipeline
 from irforge.errors import IrforgeError
-from tasks.cure.quality import report as quality_report
-from tasks.cure.quality.measure import Stages
 
 DEFAULT_GOLD = Path(__file__).resolve().parents[1] / "data" / "passage_gold"
 
@@ -36,6 +34,9 @@ def quality(
     """Score parse → segment → filter on the labelled passage set; exit 1 when a figure is under its floor."""
     if flow != "cure":
         raise IrforgeError(f"quality: only the cure flow has a labelled passage set, not {flow!r}")
+    from tasks.cure.quality import report as quality_report  # noqa: PLC0415 -- what the command runs
+    from tasks.cure.quality.measure import Stages  # noqa: PLC0415
+
     if blocks is not None:
         typer.echo("\n".join(quality_report.block_listing(blocks)))
         return

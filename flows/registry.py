@@ -1,57 +1,74 @@
-"""Flow name → its pipeline description. Importing this does not import Prefect."""
+"""Flow name → its pipeline description, imported when first asked for.
+
+Naming the flows imports none of them: ``irforge --help`` and a command on one flow pay
+for that flow's stage modules only (``tests/engine/test_startup.py``). Importing this does
+not import Prefect.
+"""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
-import tasks.crossgenre
-import tasks.crossgenre.report
-import tasks.cure
-import tasks.cure.report
-import tasks.evidencebench
-import tasks.evidencebench.report
-import tasks.spanish_sr
-import tasks.spanish_sr.report
 from irforge.errors import IrforgeError
 from irforge.pipeline import Pipeline
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
-PIPELINES: dict[str, Pipeline] = {
-    "cure": Pipeline(
-        name="cure",
-        config_type=tasks.cure.CureConfig,
-        stages=tasks.cure.STAGES,
-        default_config=CONFIGS / "cure.yaml",
-        report_sections=tasks.cure.report.SECTIONS,
-    ),
-    "evidencebench": Pipeline(
-        name="evidencebench",
-        config_type=tasks.evidencebench.EvidenceBenchConfig,
-        stages=tasks.evidencebench.STAGES,
-        default_config=CONFIGS / "evidencebench.yaml",
-        release_stage="export",
-        report_sections=tasks.evidencebench.report.SECTIONS,
-    ),
-    "crossgenre": Pipeline(
-        name="crossgenre",
-        config_type=tasks.crossgenre.CrossgenreConfig,
-        stages=tasks.crossgenre.STAGES,
-        default_config=CONFIGS / "crossgenre.yaml",
-        report_sections=tasks.crossgenre.report.SECTIONS,
-    ),
-    "spanish_sr": Pipeline(
-        name="spanish_sr",
-        config_type=tasks.spanish_sr.SpanishSrConfig,
-        stages=tasks.spanish_sr.STAGES,
-        default_config=CONFIGS / "spanish_sr.yaml",
-        report_sections=tasks.spanish_sr.report.SECTIONS,
-    ),
+
+@dataclass(frozen=True)
+class FlowEntry:
+    """Where a flow lives: ``tasks.<package>`` holds ``STAGES`` and the config class."""
+
+    package: str
+    config_class: str
+    release_stage: str = "release"
+
+
+FLOWS: dict[str, FlowEntry] = {
+    "cure": FlowEntry("tasks.cure", "CureConfig"),
+    "evidencebench": FlowEntry("tasks.evidencebench", "EvidenceBenchConfig", release_stage="export"),
+    "crossgenre": FlowEntry("tasks.crossgenre", "CrossgenreConfig"),
+    "spanish_sr": FlowEntry("tasks.spanish_sr", "SpanishSrConfig"),
 }
 
 
+@cache
+def _load(name: str) -> Pipeline:
+    entry = FLOWS[name]
+    package = importlib.import_module(entry.package)
+    return Pipeline(
+        name=name,
+        config_type=getattr(package, entry.config_class),
+        stages=package.STAGES,
+        default_config=CONFIGS / f"{name}.yaml",
+        release_stage=entry.release_stage,
+        report_module=f"{entry.package}.report",
+    )
+
+
+class _Pipelines(Mapping[str, Pipeline]):
+    """The registry as a mapping whose values are imported on first access."""
+
+    def __getitem__(self, name: str) -> Pipeline:
+        if name not in FLOWS:
+            raise KeyError(name)
+        return _load(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(FLOWS)
+
+    def __len__(self) -> int:
+        return len(FLOWS)
+
+
+PIPELINES: Mapping[str, Pipeline] = _Pipelines()
+
+
 def get_pipeline(name: str) -> Pipeline:
-    try:
-        return PIPELINES[name]
-    except KeyError:
-        raise IrforgeError(f"unknown flow {name!r} (flows: {', '.join(sorted(PIPELINES))})") from None
+    if name not in FLOWS:
+        raise IrforgeError(f"unknown flow {name!r} (flows: {', '.join(sorted(FLOWS))})")
+    return _load(name)

@@ -14,7 +14,6 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,43 +29,17 @@ from prefect.futures import PrefectFuture
 from prefect.logging.handlers import APILogHandler
 from prefect.utilities.names import generate_slug
 
+from flows.plain_run import RunResult, artifact_root, write_run_report
 from flows.runners import PrefectChunkRunner, chunk_runner
 from flows.stage_runs import RUNS, ActiveRun, run_stage_of
 from irforge.artifacts import ArtifactStore
 from irforge.config import ExecutionConfig, validate_config
 from irforge.engine import StageOutcome
-from irforge.pipeline import Pipeline, Selection, select_steps
+from irforge.pipeline import Selection, select_steps
 from irforge.runs import RunRecorder, new_run_id
 from irforge.summary import summary_rows
 
 log = logging.getLogger("irforge")
-
-CHECKOUT = Path(__file__).resolve().parents[1]
-DEFAULT_ARTIFACTS = "data/artifacts"
-
-
-@dataclass(frozen=True)
-class RunResult:
-    flow: str
-    run_id: str
-    record_path: Path
-    outcomes: list[tuple[str, StageOutcome]]
-    report_path: Path | None
-
-
-def artifact_root(artifacts: str | None) -> str:
-    """Where a run writes: ``artifacts`` when given (a folder relative to the working
-    directory, or an fsspec URL such as ``s3://bucket/prefix``); else ``$IRFORGE_ARTIFACTS``,
-    else ``data/artifacts``, a relative folder taken from ``$IRFORGE_HOME`` (the worker's
-    checkout), else from this checkout."""
-    if artifacts:
-        return artifacts if "://" in artifacts else str(Path(artifacts).expanduser().resolve())
-    text = os.environ.get("IRFORGE_ARTIFACTS") or DEFAULT_ARTIFACTS
-    if "://" in text:
-        return text
-    path = Path(text).expanduser()
-    home = Path(os.environ.get("IRFORGE_HOME") or CHECKOUT).expanduser()
-    return str((path if path.is_absolute() else home / path).resolve())
 
 
 class _InRun(logging.Filter):
@@ -148,7 +121,7 @@ def run_pipeline(
                 outcomes.append((step.name, futures[step.name].result()))
     except BaseException:
         recorder.finish("failed")
-        _publish(flow_name, outcomes, recorder, _report(store, pipeline, recorder.run_id))
+        _publish(flow_name, outcomes, recorder, write_run_report(store, pipeline, recorder.run_id))
         raise
     finally:
         close_local_servers()  # the embedded LLM server lives as long as the run
@@ -156,20 +129,9 @@ def run_pipeline(
         if isinstance(chunks, PrefectChunkRunner):
             chunks.close()
     recorder.finish("completed")
-    report = _report(store, pipeline, recorder.run_id)
+    report = write_run_report(store, pipeline, recorder.run_id)
     _publish(flow_name, outcomes, recorder, report)
     return RunResult(flow_name, recorder.run_id, recorder.path, outcomes, report)
-
-
-def _report(store: ArtifactStore, pipeline: Pipeline, run_id: str) -> Path | None:
-    """The run's HTML report; a failure to draw it is logged, never fatal to the run."""
-    try:
-        from tasks.common.report.html import write_report  # noqa: PLC0415 -- see run_pipeline
-
-        return write_report(store.root, pipeline.name, run_id, sections=pipeline.report_sections)
-    except Exception as exc:
-        log.warning("run report not written: %s: %s", type(exc).__name__, exc)
-        return None
 
 
 def stage_rows(outcomes: Sequence[tuple[str, StageOutcome]]) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ Nothing here imports Prefect: ``flows/`` wraps :func:`execute_step` in Prefect t
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,10 @@ class Pipeline:
     stages: tuple[StageSpec[Any], ...]  # in an order where upstream comes first
     default_config: Path
     release_stage: str = "release"  # the stage whose files/release folder `irforge release` serves
-    # The flow's own sections of its run report, handed to the report as they are
-    # (``tasks/common/report/sections.py`` says what one is); none: the generic parts only.
-    report_sections: tuple[Any, ...] = ()
+    # The module whose ``SECTIONS`` are the flow's own sections of its run report
+    # (``tasks/common/report/sections.py`` says what one is), imported only when a report is
+    # written (it draws with matplotlib); None: the generic parts only.
+    report_module: str | None = None
 
     def __post_init__(self) -> None:
         seen: set[str] = set()
@@ -43,6 +45,12 @@ class Pipeline:
             if missing:
                 raise ValueError(f"{self.name}: stage {spec.name} comes before its upstream {missing}")
             seen.add(spec.name)
+
+    @property
+    def report_sections(self) -> tuple[Any, ...]:
+        if self.report_module is None:
+            return ()
+        return tuple(importlib.import_module(self.report_module).SECTIONS)
 
     @property
     def stage_names(self) -> list[str]:

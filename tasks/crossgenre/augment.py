@@ -33,6 +33,7 @@ do not depend on which other queries share its chunk.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import math
@@ -43,14 +44,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from nlpaug.augmenter.word import ContextualWordEmbsAug, WordEmbsAug  # type: ignore[import-untyped]
-from nlpaug.model.word_embs import WordEmbeddings  # type: ignore[import-untyped]
 from pydantic import Field
 
 from irforge.config import StrictModel
 from irforge.errors import IrforgeError
 from irforge.fingerprint import Transport
-from tasks.crossgenre.word_vectors import STOP_WORDS, WordVectors
+from tasks.crossgenre.preprocess import stop_words
+from tasks.crossgenre.word_vectors import WordVectors
 
 Action = Literal["insert", "substitute"]
 ACTIONS: tuple[Action, ...] = ("insert", "substitute")
@@ -112,11 +112,23 @@ class _Vocabulary(list[str]):
         return isinstance(token, str) and _core(token)[1].lower() in self.vectors.index
 
 
-class CorpusVectors(WordEmbeddings):  # type: ignore[misc]
-    """Our word vectors as the model nlpaug's ``WordEmbsAug`` consults."""
+@functools.cache
+def corpus_vectors_class() -> type[Any]:
+    """:class:`CorpusVectors`, defined on first use: nlpaug imports transformers and torch
+    (seconds), which planning a run never needs."""
+    from nlpaug.model.word_embs import WordEmbeddings  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    return type("CorpusVectors", (_CorpusVectors, WordEmbeddings), {})
+
+
+class _CorpusVectors:
+    """Our word vectors as the model nlpaug's ``WordEmbsAug`` consults (mixed into nlpaug's
+    ``WordEmbeddings`` by :func:`corpus_vectors_class`)."""
+
+    top_k: int
 
     def __init__(self, vectors: WordVectors, top_k: int) -> None:
-        super().__init__(top_k=top_k, skip_check=True)
+        super().__init__(top_k=top_k, skip_check=True)  # type: ignore[call-arg]
         self.vectors = vectors
         self.vocab = _Vocabulary(vectors)
         self.vocab_size = len(vectors.words)
@@ -125,13 +137,15 @@ class CorpusVectors(WordEmbeddings):  # type: ignore[misc]
         return self.vocab
 
     def focus(self, headline: str) -> None:
-        """Make the insertion pool the neighbours of ``headline``'s words (first seen first)."""
+        """Make the insertion pool the neighbours of ``headline``'s words (first seen first),
+        less the headline's own words: inserting one again ("liver liver") adds no variation."""
         pool: dict[str, None] = {}
-        for token in headline.split():
-            word = _core(token)[1].lower()
+        words = [_core(token)[1].lower() for token in headline.split()]
+        own = set(words)
+        for word in words:
             if word in self.vectors.index:
                 pool.update(dict.fromkeys(self.vectors.neighbours(word, self.top_k)))
-        self.vocab[:] = list(pool)
+        self.vocab[:] = [w for w in pool if w not in own]
 
     def predict(self, word: str, n: int = 1) -> list[str]:
         """The ``top_k`` nearest words to a headline token, in its case and punctuation."""
@@ -188,14 +202,16 @@ class HeadlineAugmenter:
 
     def __init__(self, config: AugmentConfig, vectors: WordVectors | None) -> None:
         self.config = config
-        self.model: CorpusVectors | None = None
+        self.model: Any = None
         if config.engine == "embeddings":
-            self.model = None if vectors is None else CorpusVectors(vectors, config.top_k)
+            self.model = None if vectors is None else corpus_vectors_class()(vectors, config.top_k)
             self.augmenters = {a: self._embeddings(a) for a in ACTIONS} if self.model else {}
         else:
             self.augmenters = {a: self._contextual(a) for a in ACTIONS}
 
     def _embeddings(self, action: Action) -> Any:
+        from nlpaug.augmenter.word import WordEmbsAug  # type: ignore[import-untyped]  # noqa: PLC0415
+
         return WordEmbsAug(
             model_type="word2vec", model=self.model, action=action, aug_p=self.config.aug_p,
             aug_max=self.config.aug_max, top_k=self.config.top_k, tokenizer=str.split,
@@ -203,11 +219,13 @@ class HeadlineAugmenter:
         )  # fmt: skip
 
     def _contextual(self, action: Action) -> Any:
+        from nlpaug.augmenter.word import ContextualWordEmbsAug  # noqa: PLC0415
+
         c = self.config
         try:
             return ContextualWordEmbsAug(
                 model_path=c.model, model_type=c.model_type, action=action, aug_p=c.aug_p,
-                aug_max=c.aug_max, top_k=c.top_k, device=c.device, stopwords=sorted(STOP_WORDS),
+                aug_max=c.aug_max, top_k=c.top_k, device=c.device, stopwords=sorted(stop_words()),
             )  # fmt: skip
         except Exception as err:
             first = (str(err).strip().splitlines() or [""])[0][:200]
@@ -266,9 +284,9 @@ __all__ = [
     "ActionReport",
     "AugmentConfig",
     "Augmented",
-    "CorpusVectors",
     "HeadlineAugmenter",
     "change_limit",
+    "corpus_vectors_class",
     "query_seed",
     "split_counts",
 ]

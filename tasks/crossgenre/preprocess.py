@@ -45,7 +45,6 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import Stemmer  # type: ignore[import-not-found]
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # type: ignore[import-untyped]
 
 from irforge.errors import ConfigError
 
@@ -54,7 +53,17 @@ I64 = npt.NDArray[np.int64]
 
 Analysis = Literal["plain", "pre"]
 T = TypeVar("T")
-STOP_WORDS: frozenset[str] = frozenset(ENGLISH_STOP_WORDS)
+
+
+@functools.cache
+def stop_words() -> frozenset[str]:
+    """scikit-learn's ``ENGLISH_STOP_WORDS``, imported on first use (scikit-learn takes seconds
+    to import; planning a run needs none of it)."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    return frozenset(ENGLISH_STOP_WORDS)
+
+
 _SPLIT = r"[^\p{L}\p{N}]+"  # RE2: everything but letters and digits separates words
 _WORD = re.compile(r"[^\W_]+")
 _CHUNK = 20_000  # texts a thread splits at once
@@ -109,7 +118,7 @@ def normalise(words_: pa.Array, analysis: Analysis) -> pa.Array:
     low = pc.if_else(pc.equal(pc.utf8_length(low), 0), pa.scalar(None, low.type), low)
     if analysis == "plain":
         return low
-    stop = pc.is_in(low, value_set=pa.array(sorted(STOP_WORDS), low.type))
+    stop = pc.is_in(low, value_set=pa.array(sorted(stop_words()), low.type))
     plain = low.to_pylist()
     stemmed = Stemmer.Stemmer("porter").stemWords([w or "" for w in plain])
     stems = pa.array([s or w for s, w in zip(stemmed, plain, strict=True)], low.type)  # "s" stems to ""
@@ -173,7 +182,8 @@ def _grouped(texts: Sequence[str]) -> list[list[str]]:
 
 
 def _expand(ws: list[str], expansions: Mapping[str, Sequence[str]]) -> list[str]:
-    kept = [w for w in ws if w.lower() not in STOP_WORDS]
+    stop = stop_words()
+    kept = [w for w in ws if w.lower() not in stop]
     return [x for w in kept for x in expansions.get(w, (w,))]
 
 
@@ -233,7 +243,8 @@ def plan_expansions(
     each long form → corpus documents holding them, e.g. :func:`phrase_documents`) ranks
     first, if at least ``min_documents`` documents hold it (a long form no abstract writes
     only takes the abbreviation's own match away); sorted by abbreviation."""
-    counts = Counter(w for ws in _grouped(headlines) for w in ws if w.lower() not in STOP_WORDS)
+    stop = stop_words()
+    counts = Counter(w for ws in _grouped(headlines) for w in ws if w.lower() not in stop)
     chosen = sorted(a for a, c in counts.items() if c >= min_count and a in dictionary and is_abbreviation(a))
     forms = [tuple(dictionary[a]) for a in chosen]
     flat = [f for fs in forms for f in fs]

@@ -20,20 +20,18 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.sparse import coo_matrix, csr_matrix  # type: ignore[import-untyped]
-from scipy.sparse.linalg import svds  # type: ignore[import-untyped]
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # type: ignore[import-untyped]
 
 from irforge.errors import IrforgeError
+from tasks.crossgenre.preprocess import stop_words
 
 F32 = npt.NDArray[np.float32]
 WORD = re.compile(r"[a-z][a-z0-9]*(?:[-'][a-z0-9]+)*")
-"""A vocabulary word: lower-case letters and digits, inner hyphens or apostrophes (``covid-19``)."""
-STOP_WORDS: frozenset[str] = frozenset(ENGLISH_STOP_WORDS)
-"""scikit-learn's English stop words: never a vocabulary word (never substituted or inserted)."""
+"""A vocabulary word: lower-case letters and digits, inner hyphens or apostrophes (``covid-19``);
+scikit-learn's English stop words (``stop_words()``) are never one (never substituted or inserted)."""
 SMOOTHING = 0.75  # context-distribution smoothing of the PMI (Levy et al. 2015, §3.1)
 
 
@@ -79,7 +77,10 @@ def build_vectors(
 ) -> WordVectors | None:
     """PPMI + truncated SVD vectors of the ``max_words`` most frequent non-stop words seen
     ``min_count`` times; None when fewer than three such words exist (no SVD possible)."""
-    docs = [[t for t in tokens(text) if t not in STOP_WORDS] for text in texts]
+    from scipy.sparse.linalg import svds  # type: ignore[import-untyped]  # noqa: PLC0415 -- when vectors are built
+
+    stop = stop_words()
+    docs = [[t for t in tokens(text) if t not in stop] for text in texts]
     counts = Counter(t for doc in docs for t in doc)
     ranked = sorted((w for w, n in counts.items() if n >= min_count), key=lambda w: (-counts[w], w))
     words = tuple(ranked[:max_words])
@@ -95,9 +96,11 @@ def build_vectors(
     return WordVectors(words, _unit(vectors))
 
 
-def _cooccurrences(docs: list[list[str]], index: dict[str, int], window: int) -> csr_matrix:
+def _cooccurrences(docs: list[list[str]], index: dict[str, int], window: int) -> Any:
     """Symmetric counts of two vocabulary words at most ``window`` tokens apart in one text
     (stop words and rare words removed first, as in word2vec's subsampling of frequent words)."""
+    from scipy.sparse import coo_matrix, csr_matrix  # type: ignore[import-untyped]  # noqa: PLC0415
+
     gap = np.full(window, -1, dtype=np.int64)
     pieces: list[npt.NDArray[np.int64]] = []
     for doc in docs:
@@ -115,7 +118,10 @@ def _cooccurrences(docs: list[list[str]], index: dict[str, int], window: int) ->
     return out.tocsr()
 
 
-def _ppmi(cooc: csr_matrix) -> csr_matrix:
+def _ppmi(cooc: Any) -> Any:
+    """Positive PMI of a ``scipy.sparse`` co-occurrence matrix, context counts smoothed."""
+    from scipy.sparse import coo_matrix  # noqa: PLC0415
+
     total = float(cooc.sum())
     if total == 0:
         return cooc

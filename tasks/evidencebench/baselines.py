@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import bm25s  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 
@@ -84,6 +83,8 @@ class BM25Ranker:
     def __call__(self, query: str, sentences: Sequence[str]) -> list[int]:
         if not sentences:
             return []
+        import bm25s  # type: ignore[import-untyped]  # noqa: PLC0415 -- imported when it ranks (planning needs none)
+
         retriever = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
         retriever.index(self._tokens(list(sentences)), show_progress=False)
         query_tokens = self._tokens([query])[0]
@@ -91,6 +92,8 @@ class BM25Ranker:
         return rank_by_score(scores)
 
     def _tokens(self, texts: list[str]) -> list[list[str]]:
+        import bm25s  # noqa: PLC0415
+
         tokens: list[list[str]] = bm25s.tokenize(
             texts, stopwords=self.stopwords, return_ids=False, show_progress=False
         )

@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
 
 AspectGroup = Literal["all", "results"]
 Task = Literal["ER@optimal", "ER@10", "Result-ER@optimal", "Result-ER@5"]
@@ -251,6 +250,8 @@ class _Problem:
     def _solve(
         self, objective: npt.NDArray[np.float64], need: int, max_size: int, lower: npt.NDArray[np.float64]
     ) -> npt.NDArray[np.bool_] | None:
+        from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]  # noqa: PLC0415
+
         c, m = self.n_candidates, self.n_aspects
         upper = np.ones(c + m)
         upper[:c] = np.where(lower[:c] < 0, 0.0, 1.0)  # -1 marks a sentence fixed out

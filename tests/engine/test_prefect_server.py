@@ -86,7 +86,7 @@ def test_every_registered_flow_gets_a_valid_prefect_artifact_key() -> None:
 
 def test_flow_artifacts_default_to_irforge_artifacts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A deployed run (no ``artifacts`` parameter) writes where the worker's environment says."""
-    from flows.run import CHECKOUT, artifact_root  # imports Prefect: only this test needs it
+    from flows.plain_run import CHECKOUT, artifact_root
 
     monkeypatch.delenv("IRFORGE_ARTIFACTS", raising=False)
     monkeypatch.delenv("IRFORGE_HOME", raising=False)

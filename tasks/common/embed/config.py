@@ -24,9 +24,8 @@ from pydantic import Field, model_validator
 from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from irforge.fingerprint import Transport
-from tasks.common.embed.local import SentenceTransformerEncoder, builtin_model_path, model_files_digest
+from tasks.common.embed.local import builtin_model_path, model_files_digest
 from tasks.common.embed.port import Encoder
-from tasks.common.embed.remote import OpenAIEmbeddingsEncoder
 from tasks.common.endpoints import DEFAULT_COOLDOWN_S, configured_urls
 
 
@@ -71,6 +70,11 @@ class EncoderConfig(StrictModel):
 @functools.lru_cache(maxsize=2)
 def encoder_for(config: EncoderConfig) -> Encoder:
     """One encoder per config and process: chunks and stages share a loaded model."""
+    # Each adapter imports its client (openai, sentence-transformers) when first built:
+    # planning a run or `irforge status` loads neither.
+    from tasks.common.embed.local import SentenceTransformerEncoder  # noqa: PLC0415
+    from tasks.common.embed.remote import OpenAIEmbeddingsEncoder  # noqa: PLC0415
+
     if config.engine == "openai":
         urls = configured_urls(config.base_url, config.base_urls)
         if not urls:

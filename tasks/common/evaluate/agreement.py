@@ -28,8 +28,6 @@ from typing import Final, Literal
 
 import numpy as np
 import pyarrow as pa
-from sklearn.metrics import cohen_kappa_score, confusion_matrix  # type: ignore[import-untyped]
-from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa  # type: ignore[import-untyped]
 
 from irforge.errors import IrforgeError
 
@@ -137,6 +135,12 @@ def agreement(labels: pa.Table, *, weights: Weights = None) -> Agreement:
     if common:
         matrix = np.array([[by_rater[r][item] for r in raters] for item in common])
         if len(np.unique(matrix)) > 1:  # a single category everywhere: chance agreement is 1
+            # statsmodels and scikit-learn take seconds to import: only when κ is computed.
+            from statsmodels.stats.inter_rater import (  # type: ignore[import-untyped]  # noqa: PLC0415
+                aggregate_raters,
+                fleiss_kappa,
+            )
+
             counts, _ = aggregate_raters(matrix, n_cat=len(LABELS))
             kappa = _defined(fleiss_kappa(counts, method="fleiss"))
     return Agreement(
@@ -153,6 +157,8 @@ def _pair(a: str, b: str, by_rater: dict[str, dict[Item, int]], weights: Weights
     shared = sorted(set(by_rater[a]) & set(by_rater[b]))
     first = [by_rater[a][item] for item in shared]
     second = [by_rater[b][item] for item in shared]
+    from sklearn.metrics import cohen_kappa_score, confusion_matrix  # type: ignore[import-untyped]  # noqa: PLC0415
+
     confusion = confusion_matrix(first, second, labels=list(LABELS)) if shared else np.zeros((3, 3), int)
     kappa = None
     if shared and len(set(first) | set(second)) > 1:  # one label throughout: chance agreement is 1

@@ -48,7 +48,6 @@ from irforge.errors import ConfigError
 from irforge.fingerprint import Transport
 from tasks.common.endpoints import DEFAULT_COOLDOWN_S, configured_urls
 from tasks.common.llm.llama_server import LlamaServer
-from tasks.common.llm.openai_chat import OpenAIChatModel
 from tasks.common.llm.port import ChatModel, Sampling
 from tasks.common.llm.vllm_batch import VLLMBatchChatModel
 from tasks.common.llm.wire import GrammarField
@@ -206,6 +205,9 @@ _servers_lock = threading.Lock()
 
 def chat_model(config: LLMConfig, base_dir: Path, work_dir: Path) -> ChatModel:
     """The adapter for ``config``. A llama.cpp server is started once per process and model."""
+    # openai's client takes about a second to import: only a stage that sends requests pays it.
+    from tasks.common.llm.openai_chat import OpenAIChatModel  # noqa: PLC0415
+
     if config.engine == "openai":
         urls = configured_urls(config.base_url, config.base_urls)
         if not urls:

@@ -18,15 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from huggingface_hub import HfApi, try_to_load_from_cache
-from huggingface_hub import constants as hf_constants
-from huggingface_hub.errors import (
-    GatedRepoError,
-    HfHubHTTPError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-
 logger = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "builtin:"
@@ -83,8 +74,9 @@ def looks_like_path(model: str) -> bool:
 
 def hub_offline() -> bool:
     """True when ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) is set."""
-    # huggingface_hub reads HF_HUB_OFFLINE at import; also honour it when set after that.
-    if getattr(hf_constants, "HF_HUB_OFFLINE", False):
+    # huggingface_hub reads HF_HUB_OFFLINE at import (if it is imported: not for planning a
+    # run); also honour it when set after that.
+    if getattr(sys.modules.get("huggingface_hub.constants"), "HF_HUB_OFFLINE", False):
         return True
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
     return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
@@ -170,6 +162,14 @@ def load_from_hub(
 
 def probe_hub(repo_id: str, revision: str | None, cache: str, errors: ModelErrors) -> None:
     """One metadata request (no retries), so an unreachable hub fails in seconds, not minutes."""
+    from huggingface_hub import HfApi  # noqa: PLC0415 -- only when a model is fetched
+    from huggingface_hub.errors import (  # noqa: PLC0415
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
     at = f"{repo_id}@{revision}" if revision else repo_id
     try:
         HfApi().model_info(repo_id, revision=revision, timeout=HUB_PROBE_TIMEOUT_S)
@@ -205,6 +205,8 @@ def snapshot_commit(
 ) -> str | None:
     """The commit of the cached snapshot holding one of ``filenames``, so a branch name is pinned;
     ``revision`` (with a warning) when the cache does not tell."""
+    from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415
+
     for filename in filenames:
         found = try_to_load_from_cache(repo_id, filename, cache_dir=cache_folder, revision=revision)
         if isinstance(found, str):

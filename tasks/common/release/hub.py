@@ -28,11 +28,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
-import httpx2
-from huggingface_hub import CommitInfo, CommitOperation, CommitOperationAdd, CommitOperationDelete, HfApi
-from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled
+if TYPE_CHECKING:  # huggingface_hub is imported by a push only: a release folder needs none of it
+    from huggingface_hub import CommitOperation
+    from huggingface_hub.errors import HfHubHTTPError
 
 from irforge.errors import IrforgeError
 
@@ -74,6 +74,13 @@ def push_release(
     repository keeps its visibility. ``revision``: the branch to commit to (created from
     ``main`` if missing); ``None`` is ``main``. ``endpoint``: another Hub (or a test server).
     """
+    from huggingface_hub import (  # noqa: PLC0415
+        CommitInfo,
+        CommitOperationAdd,
+        CommitOperationDelete,
+        HfApi,
+    )
+
     files = _release_files(folder)
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -132,6 +139,9 @@ def _with_retries(
     max_backoff: float,
     sleep: Callable[[float], None],
 ) -> _T:
+    import httpx2  # noqa: PLC0415
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, OfflineModeIsEnabled  # noqa: PLC0415
+
     for number in range(1, max_attempts + 1):
         try:
             return call()

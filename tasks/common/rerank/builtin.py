@@ -37,9 +37,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import torch
-from safetensors.torch import load_file
-from transformers import BertConfig, BertForSequenceClassification
 
 from irforge.fingerprint import canonical_json, digest_bytes
 from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path, model_files_digest
@@ -124,6 +121,11 @@ def _complete(directory: Path) -> bool:
 
 
 def _build(source: Path, out: Path) -> None:
+    # torch and transformers take seconds to import: only when the model is built (once).
+    import torch  # noqa: PLC0415
+    from safetensors.torch import load_file  # noqa: PLC0415
+    from transformers import BertConfig, BertForSequenceClassification  # noqa: PLC0415
+
     config = BertConfig.from_pretrained(source, num_labels=1)
     config.architectures = ["BertForSequenceClassification"]
     config.irforge_note = NOTE

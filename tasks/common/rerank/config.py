@@ -29,7 +29,6 @@ from irforge.fingerprint import Transport
 from tasks.common.embed.local import BUILTIN_MINILM, builtin_model_path, model_files_digest
 from tasks.common.endpoints import DEFAULT_COOLDOWN_S, configured_urls
 from tasks.common.rerank.port import Reranker
-from tasks.common.rerank.vllm_score import VLLMScoreReranker
 
 _ENGINE_KEYS: dict[str, str] = {
     # Keys that act with one engine only; set with the other they are refused.
@@ -107,6 +106,8 @@ def _reranker(config: RerankerConfig, location: str) -> Reranker:
         urls = configured_urls(config.base_url, config.base_urls)
         if not urls:
             raise ConfigError("reranker.base_url (or base_urls) is required with engine: vllm")
+        from tasks.common.rerank.vllm_score import VLLMScoreReranker  # noqa: PLC0415 -- openai
+
         return VLLMScoreReranker(
             base_url=urls, model=config.model, api_key_env=config.api_key_env, revision=config.revision,
             batch_size=config.batch_size, truncate_prompt_tokens=config.max_length,

@@ -34,7 +34,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import expit  # type: ignore[import-untyped]
 
 from irforge.errors import IrforgeError
 
@@ -110,6 +109,8 @@ class ScoredPairs:
                 f"{source} returned a NaN or infinite score for pair #{int(np.argmin(finite))}: the model "
                 "or server is broken (a half-precision overflow?); report it"
             )
+        from scipy.special import expit  # type: ignore[import-untyped]  # noqa: PLC0415 -- scipy: when scores come
+
         return cls(logit=_frozen(values), probability=_frozen(expit(values)))
 
     @classmethod

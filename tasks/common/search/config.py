@@ -26,8 +26,6 @@ from pydantic import Field
 
 from irforge.artifacts import Artifact
 from irforge.config import StrictModel
-from tasks.common.search.elastic.backend import ElasticsearchBackend
-from tasks.common.search.embedded.backend import EmbeddedBackend
 from tasks.common.search.port import SearchBackend, SearchError
 
 INFO_TABLE = "index_info"
@@ -62,6 +60,10 @@ def create_index(
     """A new, empty index for a load: embedded under ``files_dir`` (anything left there by a
     crashed load is removed), or on the Elasticsearch server of ``ES_URL``, named from
     ``fingerprint``."""
+    # Each backend imports its engine (tantivy, the elasticsearch client) when first used.
+    from tasks.common.search.elastic.backend import ElasticsearchBackend  # noqa: PLC0415
+    from tasks.common.search.embedded.backend import EmbeddedBackend  # noqa: PLC0415
+
     if config.backend == "embedded":
         assert files_dir is not None, "the engine sets files_dir while a stage runs"
         directory = files_dir / EMBEDDED_DIR
@@ -78,7 +80,7 @@ def create_index(
 
 def describe(config: SearchConfig, backend: SearchBackend, dims: int, passages: int) -> pa.Table:
     """The ``index_info`` table (:data:`INFO_SCHEMA`) of a finished load of ``backend``."""
-    index_name = backend.index_name if isinstance(backend, ElasticsearchBackend) else None
+    index_name = getattr(backend, "index_name", None) if config.backend == "elasticsearch" else None
     return pa.table(
         {
             "backend": [config.backend],
@@ -96,6 +98,9 @@ def open_index(artifact: Artifact) -> SearchBackend:
     info = artifact.read(table=INFO_TABLE).to_pylist()
     if not info:
         raise SearchError(f"{artifact.path}: no index_info table")
+    from tasks.common.search.elastic.backend import ElasticsearchBackend  # noqa: PLC0415
+    from tasks.common.search.embedded.backend import EmbeddedBackend  # noqa: PLC0415
+
     row = info[0]
     if row["backend"] == "embedded":
         return EmbeddedBackend.open(Path(artifact.files) / EMBEDDED_DIR)

@@ -53,7 +53,6 @@ from irforge.stage import (
     rows_to_table,
 )
 from tasks.common.search.bm25_rank import Ranking, encode_queries
-from tasks.common.search.elastic.backend import ElasticsearchBackend
 from tasks.common.search.elastic.dsl import MAX_RESULT_WINDOW
 from tasks.common.search.elastic.options import ElasticsearchOptions
 from tasks.common.search.port import PASSAGE_SCHEMA, Hit, SearchBackend, SearchError
@@ -206,6 +205,8 @@ def _port(config: CandidatesConfig, ctx: StageContext[CandidatesConfig], doc_ids
     done: dict[str, Ranking] = {}
 
     def rank(variant: str, corpus: Tokenised, queries: list[list[str]]) -> Ranking:
+        from tasks.common.search.elastic.backend import ElasticsearchBackend  # noqa: PLC0415 -- the client
+
         analysis = VARIANTS[variant][1]
         if analysis not in done:
             name = f"{config.elasticsearch_index}-{analysis}"

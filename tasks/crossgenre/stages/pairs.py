@@ -271,7 +271,7 @@ def resources(config: PairsConfig) -> Resources:
 
 SPEC: StageSpec[PairsConfig] = StageSpec(
     name="pairs",
-    version=1,
+    version=2,  # 2: an inserted word is never one of the headline's own
     config_type=PairsConfig,
     upstream=("claims", "distractors", "candidates", "splits"),
     schema=SCHEMA,

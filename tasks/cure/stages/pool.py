@@ -41,7 +41,6 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
-from scipy.special import logit  # type: ignore[import-untyped]
 
 from irforge.artifacts import Artifact
 from irforge.config import StrictModel
@@ -259,6 +258,8 @@ def stored_floor(pool: Artifact, scale: Literal["probability", "logit"] = "proba
     floor = float(info[0]["store_floor"])  # on the probability scale (floor_scale)
     if scale == info[0]["floor_scale"]:
         return floor
+    from scipy.special import logit  # type: ignore[import-untyped]  # noqa: PLC0415
+
     return float(logit(floor))
 
 

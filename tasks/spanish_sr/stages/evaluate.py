@@ -35,7 +35,6 @@ from irforge.fingerprint import Transport
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.embed.local import SentenceTransformerEncoder
 from tasks.common.evaluate.metrics import evaluate_per_query
-from tasks.common.rerank.local import CrossEncoderReranker
 from tasks.common.rerank.port import Reranker
 from tasks.spanish_sr.fusion_scores import METHODS, Bm25Params, Fusion, Method, first_stage
 from tasks.spanish_sr.review_eval import Ranked, as_run, reranked, significance_scores, summary_rows
@@ -145,10 +144,12 @@ def _inputs(ctx: StageContext[EvaluateConfig]) -> _Inputs:
     return _Inputs(corpus, bm25_params(ctx), fusion, held_out, questions, abstracts)
 
 
-def _reranker(config: EvaluateConfig, models: tuple[str, str | None, int]) -> CrossEncoderReranker | None:
+def _reranker(config: EvaluateConfig, models: tuple[str, str | None, int]) -> Reranker | None:
     """The seed's reranker, loaded once for the review and the held-out queries (None: not evaluated)."""
     if "rerank" not in config.systems or models[1] is None:
         return None
+    from tasks.common.rerank.local import CrossEncoderReranker  # noqa: PLC0415 -- torch: when it runs
+
     return CrossEncoderReranker(
         models[1], max_length=models[2], device=config.device, batch_size=config.batch_size
     )

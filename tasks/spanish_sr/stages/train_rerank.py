@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 from pydantic import Field
 
 from irforge.config import StrictModel
@@ -42,7 +41,6 @@ from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.models.hub import on_gpu
 from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, builtin_cross_encoder_path
-from tasks.common.rerank.local import CrossEncoderReranker
 from tasks.spanish_sr.dense_training import drop_call_state
 from tasks.spanish_sr.fusion_scores import Method
 from tasks.spanish_sr.rerank_training import Candidates, Loss, Negatives, RerankSettings, build_lists, train
@@ -194,6 +192,10 @@ def _one_seed(
     # A head the checkpoint lacks (a plain encoder from the hub) is drawn from torch's global
     # generator while loading: seeded, the model depends on its seed, not on what ran before it
     # in this process (an earlier chunk's training, in a pool worker or inline).
+    import torch  # noqa: PLC0415 -- torch and the adapter take seconds to import: when it trains
+
+    from tasks.common.rerank.local import CrossEncoderReranker  # noqa: PLC0415
+
     torch.manual_seed(seed)
     reranker = CrossEncoderReranker(
         config.base_model, max_length=config.max_length, device=config.device, revision=config.revision
