@@ -1,6 +1,6 @@
 """Benchmark: variant and containment detection against the exhaustive rapidfuzz comparison.
 
-    .venv/bin/python bench/bench_dedup.py [--n 20000] [--threshold 0.9]
+    .venv/bin/python bench/bench_dedup.py [--n 3000] [--threshold 0.9] [--rounds 3] [--one-thread-only]
 
 Corpus (deterministic, ``--seed``): every ``<p>`` of the shared sample articles, reviews
 and HTML pages is split into sentences; passages of 50-150 words are built by
@@ -16,19 +16,20 @@ stays ``--n``):
 Passages reuse the ~2,000 sample paragraphs' sentences about 17 times each, so unrelated
 passages often share a sentence: harder for any filter than a real corpus.
 
-In one process it times
+In one process, interleaved (``bench.common.interleaved``: a cold call each, kernel load or
+compile included, then ``--rounds`` rounds, order rotated), it times
 
-* ours, :func:`tasks.common.text.variants.similar_pairs` (normalisation included; the median of
-  ``--repeat`` runs, on a shared machine one run is noisy), against the
+* ours, :func:`tasks.common.text.variants.similar_pairs` (normalisation included), against the
   **peer**: rapidfuzz ``process.cdist(norm, norm, scorer=Levenshtein.normalized_similarity,
   score_cutoff=threshold, workers=1)`` on the same normalised passages (one list object
-  for queries and choices, so rapidfuzz computes each pair once); ``--all-cores`` also
-  times it with ``workers=-1``. Recall and precision are ours against the peer's pairs.
+  for queries and choices, so rapidfuzz computes each pair once), both on one thread; then
+  (unless ``--one-thread-only``) the peer with ``workers=-1`` on every core against ours
+  (which has no parallel path). Recall and precision are ours against the peer's pairs.
 * ours, :func:`tasks.common.text.variants.containments` on all passages, and the exhaustive
   oracle (``fuzz.partial_ratio`` on every length-eligible pair) on a fixed random subset
-  of ``--oracle-subset`` passages (plus some planted pairs): the oracle takes milliseconds
-  per pair, far too long for all passages; its full-size time is extrapolated (pairs
-  grow with n²) and labelled so. Recall/precision compare ours (full run, restricted to
+  of ``--oracle-subset`` passages (plus some planted pairs), interleaved with ours on the
+  same subset: the oracle takes milliseconds per pair, far too long for all passages; its
+  full-size time is extrapolated (pairs grow with n²) and labelled so. Recall/precision compare ours (full run, restricted to
   the subset) with the oracle on the subset.
 
 Results go to ``bench/results/dedup.json``.
@@ -38,10 +39,9 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import string
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,9 +150,7 @@ def recall_precision(ours: set[Any], truth: set[Any]) -> tuple[float, float]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = common.bench_parser(__doc__)
-    parser.add_argument(
-        "--n", type=int, default=20000, help="passages (at least 20,000 for the reported figures)"
-    )
+    parser.add_argument("--n", type=int, default=3000, help="passages (3,000: a few minutes on 2 cores)")
     parser.add_argument("--threshold", type=float, default=0.9, help="variant similarity threshold")
     parser.add_argument(
         "--containment-threshold",
@@ -160,69 +158,75 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0.95,
         help="containment score threshold (dedup stage default)",
     )
-    parser.add_argument("--groups", type=int, default=300, help="planted variant groups")
-    parser.add_argument("--planted-containments", type=int, default=200)
+    parser.add_argument("--groups", type=int, default=100, help="planted variant groups")
+    parser.add_argument("--planted-containments", type=int, default=60)
     parser.add_argument(
-        "--oracle-subset", type=int, default=300, help="passages given to the containment oracle"
+        "--oracle-subset", type=int, default=150, help="passages given to the containment oracle"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved warm rounds of ours and the peer")
     parser.add_argument(
-        "--repeat", type=int, default=3, help="runs of ours; the median is compared (the peer runs once)"
+        "--one-thread-only", dest="all_cores", action="store_false", help="skip the peer's workers=-1 rounds"
     )
-    parser.add_argument("--all-cores", action="store_true", help="also time the peer with workers=-1")
     parser.add_argument(
         "--skip-peer", action="store_true", help="do not run the exhaustive peer (quick runs)"
     )
     return common.parse_with_out(parser, argv, common.results_file("dedup"))
 
 
-def load_kernels(texts: list[str], threshold: float) -> float:
-    """Seconds to load (or compile) the kernels: from numba's on-disk cache, or compiled on the
-    first call after an install or an edit; a one-off cost, timed apart from the comparison."""
-    # A small input must still reach the kernels.
-    small, variant_grams.SMALL_PAIRS = variant_grams.SMALL_PAIRS, -1
-    _, t_load = common.timed(lambda: (similar_pairs(texts[:200], threshold), containments(texts[:50], 0.95)))
-    variant_grams.SMALL_PAIRS = small
-    return t_load
-
-
 def measure_variants(
     args: argparse.Namespace, texts: list[str], groups: list[list[int]], console: Console
 ) -> dict[str, Any]:
-    """Ours (median of ``--repeat``) and, unless skipped, the exhaustive peer per worker count."""
-    runs = []
-    for _ in range(max(1, args.repeat)):
-        ours, seconds = common.timed(lambda: similar_pairs(texts, args.threshold))
-        runs.append(seconds)
-    t_ours = statistics.median(runs)
+    """Ours and, unless skipped, the exhaustive peer, interleaved on one thread; then, with
+    ``--all-cores``, the same with the peer on every core (module docstring)."""
+    norm = [normalise(x) for x in texts]
+    contenders: dict[str, Callable[[], Any]] = {"ours": lambda: similar_pairs(texts, args.threshold)}
+    if not args.skip_peer:
+        contenders["peer"] = lambda: peer_pairs(norm, args.threshold, 1)
+    with common.same_threads(1):
+        one = common.interleaved(contenders, args.rounds)
+    ours = one.results["ours"]
     stats = dict(variant_grams.STATS)
     ours_set = {(p.a, p.b) for p in ours}
     labels = clusters(len(texts), ours)
     groups_whole = sum(len({labels[i] for i in g}) == 1 for g in groups)
     section: dict[str, Any] = {
-        "ours_s": t_ours,
-        "ours_runs_s": runs,
+        "timings_1_thread": one.summary(),
         "pairs": len(ours_set),
         "planted_groups_recovered": f"{groups_whole}/{len(groups)}",
         "stats": stats,
+        "table": [],
     }
+    size = f"{len(texts):,} passages"
     console.print(
-        f"ours: {t_ours:.2f} s (median of {len(runs)}: {', '.join(f'{r:.2f}' for r in runs)}), "
-        f"{len(ours_set)} pairs, planted groups whole: {groups_whole}/{len(groups)}"
+        f"ours: cold {one.cold['ours']:.2f} s (kernel load or compile included), warm {one.warm['ours']}"
     )
-    if not args.skip_peer:
-        norm = [normalise(x) for x in texts]
-        for workers in [1, -1] if args.all_cores else [1]:
-            console.print(f"exhaustive peer, workers={workers} ...")
-            truth, t_peer = common.timed(lambda w=workers: peer_pairs(norm, args.threshold, w))  # type: ignore[misc]
-            recall, precision = recall_precision(ours_set, truth)
-            section[f"peer_workers_{workers}"] = {
-                "seconds": t_peer,
-                "pairs": len(truth),
-                "speedup": t_peer / t_ours,
-                "recall": recall,
-                "precision": precision,
-            }
+    if args.skip_peer:
+        return section
+    truth = one.results["peer"]
+    recall, precision = recall_precision(ours_set, truth)
+    section |= {"peer_pairs": len(truth), "recall": recall, "precision": precision}
+    section["table"].append(
+        common.table_row(
+            "Variant pairs (normalised Levenshtein ≥ threshold)", size, "1", one,
+            ("ours: similar_pairs", "ours"), ("rapidfuzz cdist, workers=1", "peer"),
+        )
+    )  # fmt: skip
+    console.print(
+        f"1 thread each: peer/ours {one.ratio('peer', 'ours')}; recall {recall:.2%}, precision {precision:.2%}"
+    )
+    if args.all_cores:
+        cores = common.all_cores()
+        contenders["peer"] = lambda: peer_pairs(norm, args.threshold, -1)
+        every = common.interleaved(contenders, args.rounds)
+        section["timings_all_cores"] = every.summary()
+        section["table"].append(
+            common.table_row(
+                "Variant pairs, all cores (ours has no parallel path)", size, f"ours 1, peer {cores}", every,
+                ("ours: similar_pairs", "ours"), ("rapidfuzz cdist, workers=-1", "peer"),
+            )
+        )  # fmt: skip
+        console.print(f"all {cores} cores for the peer: peer/ours {every.ratio('peer', 'ours')}")
     return section
 
 
@@ -240,30 +244,53 @@ def measure_containments(
 ) -> tuple[dict[str, Any], int]:
     """Ours on all passages and on the oracle subset (and what it found there); the oracle on
     the subset, extrapolated."""
-    found, t_cont = common.timed(
-        lambda: containments(texts, args.containment_threshold)  # defaults: ratio 0.9, 20 characters
-    )
+    with common.same_threads(1):
+        full = common.interleaved(
+            {"ours": lambda: containments(texts, args.containment_threshold)}, args.rounds
+        )
+    found, t_cont = full.results["ours"], full.median("ours")  # defaults: ratio 0.9, 20 characters
     cstats = dict(variant_grams.STATS)
     found_set = {(c.outer, c.inner) for c in found}
     planted_found = sum((o, i) in found_set for o, i in planted)
     sub = oracle_subset(args, len(texts), planted)
     where = {g: k for k, g in enumerate(sub)}
     sub_texts = [texts[g] for g in sub]
-    oracle, t_oracle = common.timed(lambda: containments_exhaustive(sub_texts, args.containment_threshold))
-    ours_sub, t_ours_sub = common.timed(lambda: containments(sub_texts, args.containment_threshold))
+    with common.same_threads(1):
+        subset = common.interleaved(
+            {
+                "ours": lambda: containments(sub_texts, args.containment_threshold),
+                "oracle": lambda: containments_exhaustive(sub_texts, args.containment_threshold),
+            },
+            args.rounds,
+        )
+    oracle, t_oracle = subset.results["oracle"], subset.median("oracle")
+    ours_sub, t_ours_sub = subset.results["ours"], subset.median("ours")
     truth_c = {(c.outer, c.inner) for c in oracle}
     restricted = {(where[o], where[i]) for o, i in found_set if o in where and i in where}
     recall_c, precision_c = recall_precision(restricted, truth_c)
     scale = (len(texts) / len(sub)) ** 2
     return {
         "ours_s": t_cont,
+        "timings_full": full.summary(),
+        "timings_subset": subset.summary(),
+        "table": [
+            common.table_row(
+                "Containments (partial_ratio ≥ threshold), oracle subset",
+                f"{len(sub)} passages",
+                "1",
+                subset,
+                ("ours: containments", "ours"),
+                ("rapidfuzz partial_ratio, every pair", "oracle"),
+            )
+        ],
+        "subset_ratio": subset.ratio("oracle", "ours"),
         "found": len(found_set),
         "planted_found": f"{planted_found}/{len(planted)}",
         "stats": cstats,
         "oracle_subset": len(sub),
         "oracle_subset_s": t_oracle,
         "ours_subset_s": t_ours_sub,
-        "subset_speedup": t_oracle / t_ours_sub,
+        "subset_speedup": t_oracle / t_ours_sub,  # warm medians
         "oracle_full_s_extrapolated": t_oracle * scale,
         "full_speedup_extrapolated": t_oracle * scale / t_cont,
         "oracle_pairs": len(truth_c),
@@ -276,23 +303,20 @@ def measure_containments(
 def report_variants(console: Console, result: dict[str, Any]) -> None:
     variants = result["variants"]
     table = common.figures_table(
-        f"Variants: {result['n']} passages, threshold {result['threshold']}",
-        ("method", "seconds", "speed-up", "pairs", "recall", "precision"),
+        f"Variants: {result['n']} passages, threshold {result['threshold']}, {result['rounds']} interleaved rounds",
+        ("run", "threads", "ours warm s", "peer warm s", "peer / ours warm", "cold"),
     )
-    t_ours = variants["ours_s"]
-    table.add_row("ours: similar_pairs", f"{t_ours:.2f}", "1.0x", str(variants["pairs"]), "", "")
-    for workers in (1, -1):
-        entry = variants.get(f"peer_workers_{workers}")
-        if entry is not None:
-            table.add_row(
-                f"peer: process.cdist workers={workers}",
-                f"{entry['seconds']:.2f}",
-                f"{entry['seconds'] / t_ours:.1f}x slower",
-                str(entry["pairs"]),
-                f"{entry['recall']:.2%}",
-                f"{entry['precision']:.2%}",
-            )
+    for row in variants["table"]:
+        table.add_row(
+            row["what"], row["threads"], f"{row['ours_warm_median_s']:.2f}", f"{row['peer_warm_median_s']:.2f}",
+            row["warm"]["text"], row["cold"]["text"] if row["cold"] else "",
+        )  # fmt: skip
     console.print(table)
+    if "recall" in variants:
+        console.print(
+            f"ours {variants['pairs']} pairs, peer {variants['peer_pairs']}: recall {variants['recall']:.2%}, "
+            f"precision {variants['precision']:.2%}; planted groups whole {variants['planted_groups_recovered']}"
+        )
     detail = common.figures_table("ours, inside similar_pairs", ("step", "value"))
     for key, value in variants["stats"].items():
         detail.add_row(key, f"{value:.3f}" if key.endswith("_s") else f"{int(value):,}")
@@ -320,7 +344,7 @@ def report_containments(console: Console, result: dict[str, Any], subset_found: 
     table.add_row("oracle, extrapolated to all", str(n), f"~{t_full:,.0f}", "", "", "")
     console.print(table)
     console.print(
-        f"planted containments found: {c['planted_found']}; subset speed-up {c['subset_speedup']:.0f}x, "
+        f"planted containments found: {c['planted_found']}; subset oracle / ours {c['subset_ratio']}, "
         f"full-size speed-up ~{c['full_speedup_extrapolated']:,.0f}x (extrapolated)"
     )
 
@@ -334,18 +358,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{len(texts)} passages, {np.mean([len(x.split()) for x in texts]):.0f} words / {np.mean(lengths):.0f} "
         f"characters on average; {len(groups)} planted variant groups, {len(planted)} planted containments"
     )
-    t_load = load_kernels(texts, args.threshold)
-    console.print(f"kernel load / first-call compile: {t_load:.2f} s (not counted below)")
     result: dict[str, Any] = {
         "n": len(texts),
         "threshold": args.threshold,
         "containment_threshold": args.containment_threshold,
         "mean_chars": float(np.mean(lengths)),
-        "kernel_load_s": t_load,
+        "rounds": args.rounds,
         "variants": measure_variants(args, texts, groups, console),
     }
     result["containments"], subset_found = measure_containments(args, texts, planted)
-    result["common.environment"] = common.environment(rapidfuzz=rapidfuzz_version, numpy=np.__version__)
+    result["table"] = result["variants"]["table"] + result["containments"]["table"]
+    result["environment"] = common.environment(rapidfuzz=rapidfuzz_version, numpy=np.__version__)
     report_variants(console, result)
     report_containments(console, result, subset_found)
     common.write_results(args.out, result, console)

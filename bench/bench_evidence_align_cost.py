@@ -31,6 +31,8 @@ therefore exact, token counts are estimates. A longer real summary or aspect add
 number of tokens to every request of both designs, which moves the token ratio towards the
 request ratio.
 
+Counts, not speed: both designs' requests and tokens are deterministic, so there is no
+interleaving and no timing ratio; the seconds shown are one pass of planning and counting.
 Results go to ``bench/results/evidence_align_cost.json``.
 """
 

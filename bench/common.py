@@ -138,6 +138,31 @@ def ratio_summary(peer_seconds: Sequence[float], ours_seconds: Sequence[float]) 
     }
 
 
+def table_row(
+    what: str, size: str, threads: str, timings: Timings, ours: tuple[str, str], peer: tuple[str, str]
+) -> dict[str, Any]:
+    """One row of the README's Benchmarks table (``bench/table.py`` prints them from each
+    result's ``"table"`` list): ``ours`` and ``peer`` are (label, contender name in
+    ``timings``); the ratio is the peer's seconds over ours, warm rounds and cold calls."""
+    (ours_label, o), (peer_label, p) = ours, peer
+    cold = (
+        ratio_summary([timings.cold[p]], [timings.cold[o]])
+        if o in timings.cold and p in timings.cold
+        else None
+    )
+    return {
+        "what": what,
+        "size": size,
+        "ours": ours_label,
+        "peer": peer_label,
+        "threads": threads,
+        "ours_warm_median_s": timings.median(o),
+        "peer_warm_median_s": timings.median(p),
+        "warm": ratio_summary(timings.warm[p], timings.warm[o]),
+        "cold": cold,
+    }
+
+
 @contextlib.contextmanager
 def same_threads(n: int) -> Iterator[int]:
     """Run the block with ``n`` threads for numba, torch (when already imported) and the BLAS /
