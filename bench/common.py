@@ -114,10 +114,12 @@ def interleaved(contenders: dict[str, Callable[[], Any]], rounds: int = 3, *, wa
 
 def ratio_text(peer_seconds: Sequence[float], ours_seconds: Sequence[float]) -> str:
     """``"1.62× (1.55–1.70)"``: the peer's seconds over ours, round by round (pairs taken in
-    order), median (min–max); above 1 is ours faster."""
+    order), median (min–max); above 1 is ours faster. One pair (a cold call): ``"1.62×"``."""
     ratios = ratios_of(peer_seconds, ours_seconds)
     if not ratios:
         return "n/a"
+    if len(ratios) == 1:  # a cold call: one pair, no spread to show
+        return f"{ratios[0]:.2f}×"
     return f"{statistics.median(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f})"
 
 

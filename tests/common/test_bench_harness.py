@@ -63,6 +63,7 @@ def test_slower_peer_gives_a_ratio_above_one_and_cold_is_apart() -> None:
 def test_ratio_text_is_median_with_min_and_max() -> None:
     assert common.ratio_text([2.0, 3.0, 6.0], [1.0, 1.0, 2.0]) == "3.00× (2.00–3.00)"
     assert common.ratio_text([], []) == "n/a"
+    assert common.ratio_text([3.0], [2.0]) == "1.50×"  # one cold pair: no spread
     summary = common.ratio_summary([4.0, 1.0], [2.0, 1.0])
     assert (summary["median"], summary["min"], summary["max"]) == (1.5, 1.0, 2.0)
 
