@@ -1,6 +1,6 @@
 """Benchmark: the embedded search backend (tantivy + numpy) on a CURE-sized mining pass, with BM25 peers.
 
-    .venv/bin/python bench/bench_search.py [--n 200000] [--queries 2000]
+    .venv/bin/python bench/bench_search.py [--n 20000] [--queries 1000] [--rounds 3]
 
 Corpus (deterministic, ``--seed``): every ``<p>`` of the shared sample articles, reviews
 and HTML pages is split into sentences, and passages of 50-150 words are built from runs
@@ -20,19 +20,20 @@ In one process it times
   (query text, slop 2), ``fuzzy`` (passage text), ``knn`` (query vector) and ``knn``
   (passage vector), each k = 50, num_candidates = 250, then RRF (k = 60) of the four lists
   per query;
-* BM25 peers on the same passages and queries, top 50: **tantivy** itself on our index
-  (``bm25_tantivy``: the same query and scores, searched by tantivy in ``threads`` = CPUs;
-  ``bm25``'s test oracle, and its implementation before the matrix), **bm25s**
-  ``method="lucene"`` (both its numpy and numba backends, ``n_threads`` = CPUs) and
-  **rank_bm25** ``BM25Okapi``. rank_bm25 scores every passage in Python per query, so it is
-  timed on ``--rank-bm25-queries`` queries only and its queries/s is labelled so. Peers get
+* BM25 peers on the same passages and queries, top 50, interleaved with ours
+  (``bench.common.interleaved``: a cold call each, then ``--rounds`` rounds, order rotated)
+  on one thread each (our index reopened with ``threads=1``, numba and BLAS pinned, the
+  peers' ``n_threads=1``), then on every core: **tantivy** itself on our index
+  (``bm25_tantivy``: the same query and scores; ``bm25``'s test oracle, and its
+  implementation before the matrix), **bm25s** ``method="lucene"`` (both its numpy and
+  numba backends) and **rank_bm25** ``BM25Okapi``. rank_bm25 scores every passage in Python
+  per query, so it and ours are timed on ``--rank-bm25-queries`` queries only. Peers get
   the same analysis as ours (lowercased alphanumeric runs, no stop words removed, no
   stemming) and their query tokenisation is inside the timing, as ours is.
 
 The top-10 overlap with bm25s (Lucene's BM25; tantivy's is 2.2x with quantised lengths) is
-printed as a sanity check (with tantivy: the same ranking, up to near-ties). Query rates
-(ours, tantivy and bm25s) are the best of ``--repeat`` runs
-(the machine may be shared); the mining pass and index builds run once. Results go to
+printed as a sanity check (with tantivy: the same ranking, up to near-ties). The mining
+pass and index builds run once. Results go to
 ``bench/results/search.json``.
 """
 
@@ -59,7 +60,7 @@ if __package__ in (None, ""):  # run as a script: put the repository on the path
 
 from bench import common
 from bench.samples import SENTENCE, build_passages, sample_passages
-from bench.search_peers import run_peers
+from bench.search_peers import bm25_rounds
 from tasks.common.search.embedded.backend import EmbeddedBackend
 from tasks.common.search.fusion import rrf
 from tasks.common.search.port import F32, PASSAGE_SCHEMA, vectors_column
@@ -107,18 +108,15 @@ def peak_rss_mb() -> float:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = common.bench_parser(__doc__)
-    parser.add_argument("--n", type=int, default=200_000, help="passages (200,000 for the reported figures)")
-    parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument(
+        "--n", type=int, default=20_000, help="passages (20,000: minutes on 2 cores; CURE: 200,000)"
+    )
+    parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--dims", type=int, default=384)
     parser.add_argument("--k", type=int, default=50)
     parser.add_argument("--num-candidates", type=int, default=250)
     parser.add_argument("--rank-bm25-queries", type=int, default=20, help="queries given to rank_bm25")
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=3,
-        help="query-rate timings: best of this many runs (not the mining pass)",
-    )
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved warm rounds (not the mining pass)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-peers", action="store_true", help="only ours (quick runs)")
     parser.add_argument("--index-dir", type=Path, default=None, help="where to build (default: a temp dir)")
@@ -178,12 +176,12 @@ def mining_pass(
     return mining, fused, phrase_hits
 
 
-def run_ours(args: argparse.Namespace, x: Inputs, console: Console) -> tuple[dict[str, Any], Any, Any]:
-    """Ours: build, BM25 and kNN rates, the mining pass; the figures, our BM25 hits and
-    (unless peers are skipped) ``(hits, seconds)`` of tantivy's own search."""
-    k, nc, queries = args.k, args.num_candidates, x.queries
+def run_ours(args: argparse.Namespace, x: Inputs, console: Console) -> dict[str, Any]:
+    """Ours: the build (once), BM25 against the peers on one thread and on every core
+    (:func:`bench.search_peers.bm25_rounds`), kNN, the mining pass; the figures."""
+    k, nc, queries, cpus = args.k, args.num_candidates, x.queries, common.all_cores()
     with tempfile.TemporaryDirectory(dir=args.index_dir) as tmp:
-        backend = EmbeddedBackend.create(Path(tmp) / "index", args.dims)
+        backend = EmbeddedBackend.create(Path(tmp) / "index", args.dims, threads=cpus)
 
         def build() -> int:
             report = backend.add(batches(x.ids, x.texts, x.vectors))
@@ -196,66 +194,46 @@ def run_ours(args: argparse.Namespace, x: Inputs, console: Console) -> tuple[dic
         assert indexed == len(x.texts), indexed
         size_mb = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file()) / 2**20
         console.print(f"ours: built in {t_build:.1f} s ({size_mb:.0f} MB on disk)")
-        backend.bm25(queries[:50], k)  # warm-up (page cache, lazy structures), as the peers get one
-        bm25_hits, t_bm25 = common.best_of(args.repeat, lambda: backend.bm25(queries, k))
-        tantivy = None
-        if not args.skip_peers:
-            console.print("peer: tantivy's own search of the same BM25 query ...")
-            backend.bm25_tantivy(queries[:50], k)
-            tantivy = common.best_of(args.repeat, lambda: backend.bm25_tantivy(queries, k))
-        _, t_knn = common.best_of(args.repeat, lambda: backend.knn(x.query_vectors, k, nc))
-        console.print(
-            f"ours: bm25 {len(queries) / t_bm25:,.0f} q/s, knn {len(queries) / t_knn:,.0f} q/s; mining pass ..."
-        )
+        one = EmbeddedBackend.open(Path(tmp) / "index", threads=1)  # the same index, searched in one thread
+        bm25 = bm25_rounds(args, x.texts, queries, x.ids, {1: one, cpus: backend}, console)
+        knn = common.interleaved({"knn": lambda: backend.knn(x.query_vectors, k, nc)}, args.rounds)
+        t_knn = knn.median("knn")
         mining, fused, phrase_hits = mining_pass(backend, x, k, nc)
+        one.close()
         backend.close()
 
     found = sum(x.ids[r] in {f.passage_id for f in fl} for r, fl in zip(x.relevant, fused, strict=True))
     phrase_found = sum(
         any(h.passage_id == x.ids[r] for h in hl) for r, hl in zip(x.relevant, phrase_hits, strict=True)
     )
-    return (
-        {
-            "build_s": t_build,
-            "index_mb": size_mb,
-            "bm25_s": t_bm25,
-            "bm25_qps": len(queries) / t_bm25,
-            "knn_s": t_knn,
-            "knn_qps": len(queries) / t_knn,
-            "mining": mining,
-            "mining_qps": len(queries) / mining["total_s"],
-            "relevant_in_fused_top": found / len(queries),
-            "relevant_in_phrase_top": phrase_found / len(queries),
-        },
-        bm25_hits,
-        tantivy,
-    )
+    return {
+        "build_s": t_build,
+        "index_mb": size_mb,
+        "bm25": bm25,
+        "knn_timings": knn.summary(),
+        "knn_qps": len(queries) / t_knn,
+        "mining": mining,
+        "mining_qps": len(queries) / mining["total_s"],
+        "relevant_in_fused_top": found / len(queries),
+        "relevant_in_phrase_top": phrase_found / len(queries),
+    }
 
 
 def report(console: Console, result: dict[str, Any]) -> None:
-    """The BM25 table (ours and the peers), the mining pass table, the verdict."""
+    """The BM25 table (ours against each peer, per thread count), the mining pass table, the verdict."""
     ours, k, n_queries = result["ours"], result["k"], result["queries"]
     table = common.figures_table(
-        f"BM25, {result['n']:,} passages, top {k}",
-        ("engine", "index s", "queries/s", "ours / peer (q/s)", "top-10 overlap"),
+        f"BM25, {result['n']:,} passages, top {k}, {result['rounds']} interleaved rounds "
+        f"(ours built in {ours['build_s']:.1f} s, vectors included)",
+        ("peer", "threads", "queries", "ours warm s", "peer warm s", "peer / ours warm", "cold"),
     )
-    table.add_row(
-        "ours: embedded (BM25 matrix + numba), incl. vectors",
-        f"{ours['build_s']:.1f}",
-        f"{ours['bm25_qps']:,.0f}",
-        "",
-        "",
-    )
-    for name, stats in result["peers"].items():
-        overlap = stats.get("overlap_at_10_with_ours")
+    for row in ours["bm25"]["table"]:
         table.add_row(
-            f"peer: {name}",
-            "(same)" if stats["index_s"] is None else f"{stats['index_s']:.1f}",
-            f"{stats['qps']:,.1f}",
-            f"{ours['bm25_qps'] / stats['qps']:,.1f}x",
-            "" if overlap is None else f"{overlap:.0%}",
-        )
+            row["peer"], row["threads"], row["size"].split(", ")[-1], f"{row['ours_warm_median_s']:.2f}",
+            f"{row['peer_warm_median_s']:.2f}", row["warm"]["text"], row["cold"]["text"] if row["cold"] else "",
+        )  # fmt: skip
     console.print(table)
+    console.print(f"peer index builds (once): {ours['bm25']['index_s']}")
     mining = ours["mining"]
     mtable = common.figures_table(
         f"ours: mining pass, {n_queries:,} queries, k={k}, num_candidates={result['num_candidates']}",
@@ -263,7 +241,11 @@ def report(console: Console, result: dict[str, Any]) -> None:
     )
     for step, seconds in mining.items():
         mtable.add_row(step.removesuffix("_s"), f"{seconds:.1f}", f"{n_queries / seconds:,.0f}")
-    mtable.add_row("(kNN alone, query vectors)", f"{ours['knn_s']:.1f}", f"{ours['knn_qps']:,.0f}")
+    mtable.add_row(
+        "(kNN alone, query vectors, warm median)",
+        f"{n_queries / ours['knn_qps']:.1f}",
+        f"{ours['knn_qps']:,.0f}",
+    )
     console.print(mtable)
     verdict = "under" if mining["total_s"] < 180 else "OVER"
     console.print(
@@ -291,12 +273,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "num_candidates": args.num_candidates,
         "vectors": "random unit vectors, precomputed",
         "cpus": cpus,
-        "repeat": args.repeat,
+        "rounds": args.rounds,
     }
-    result["ours"], bm25_hits, tantivy = run_ours(args, x, console)
-    result["peers"] = run_peers(args, x.texts, x.queries, x.ids, (bm25_hits, tantivy), console)
+    result["ours"] = run_ours(args, x, console)
+    result["table"] = result["ours"]["bm25"]["table"]
     result["peak_rss_mb"] = peak_rss_mb()
-    result["common.environment"] = common.environment(
+    result["environment"] = common.environment(
         tantivy=version("tantivy"),
         numpy=np.__version__,
         bm25s=version("bm25s"),
