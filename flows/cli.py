@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 
+from flows import local_server
 from flows.plain_run import RunResult, artifact_root, nothing_to_compute, run_reused
 from flows.registry import get_pipeline
 from flows.sigterm import Terminated, exit_on_sigterm, leave
@@ -169,6 +170,7 @@ def run(
 
 
 def _run_with_prefect(flow: str, config: Path | None, artifacts: str, selection: Selection) -> RunResult:
+    local_server.use_running_server()  # `irforge server start`'s, before Prefect reads its settings
     from flows.ephemeral import guard_temporary_server  # noqa: PLC0415 -- imports Prefect
     from flows.run import irforge_flow  # noqa: PLC0415 -- Prefect is slow to import: only `run` needs it
 
@@ -398,6 +400,7 @@ def report(
 
 
 import flows.cli_quality  # noqa: E402  (registers ``irforge quality`` on ``app``)
+import flows.cli_server  # noqa: E402  (registers ``irforge server`` on ``app``)
 import flows.cli_store  # noqa: E402,F401  (registers ``irforge gc`` on ``app``)
 
 

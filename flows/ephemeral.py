@@ -17,10 +17,19 @@ from pathlib import Path
 from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import PREFECT_API_URL
 
+from irforge.errors import IrforgeError
+
 SERVER_MARKER = "prefect.server.api.server:create_app"
 """A substring of the temporary server's command line (``_run_uvicorn_command``)."""
 
+TIMEOUT_VARIABLE = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+DEFAULT_TIMEOUT_S = 180
+
 _watchdogs: list[subprocess.Popen[bytes]] = []
+
+
+class ServerStartError(IrforgeError):
+    """The temporary server did not start: the environment's to fix (one line, exit 2)."""
 
 
 def guard_temporary_server() -> int | None:
@@ -41,9 +50,27 @@ def guard_temporary_server() -> int | None:
     _watchdogs.append(watchdog)
     server.port = server.port or server.find_available_port()
     _announce(watchdog, server.port)
-    server.start()
+    timeout_s = startup_timeout_s()
+    try:
+        server.start(timeout=timeout_s)
+    except RuntimeError as err:  # prefect's "Timed out while attempting to connect ..." and its output
+        raise ServerStartError(
+            f"Prefect's temporary server did not answer within {timeout_s} s ({str(err).splitlines()[0][:200]}): "
+            f"on a busy machine raise {TIMEOUT_VARIABLE}, or start one server for every command with "
+            "`irforge server start`"
+        ) from None
     _announce(watchdog, server.port)  # start() picks another port if this one was taken
     return server.port
+
+
+def startup_timeout_s() -> int:
+    """Seconds to wait for the temporary server: ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``
+    when set, else :data:`DEFAULT_TIMEOUT_S` (Prefect's 20 s was seen to run out on a loaded 2-core machine)."""
+    value = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    try:
+        return max(1, int(float(value))) if value else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise ServerStartError(f"{TIMEOUT_VARIABLE}={value!r} is not a number of seconds") from None
 
 
 def _announce(watchdog: subprocess.Popen[bytes], port: int | None) -> None:
