@@ -39,11 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
+import numpy.typing as npt
 import Stemmer  # type: ignore[import-not-found]
 
 from irforge.errors import ConfigError
 from tasks.spanish_sr.language import LanguageProfile, fold_accents, profile
 
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
 WORD = re.compile(r"[^\W_]+")
 CACHE_PIECES = 1_000_000  # distinct pieces an Analyzer's cache keeps (~200 MB) before it starts afresh
 
@@ -124,16 +128,18 @@ class Analyzer:
         words = WORD.findall(unicodedata.normalize("NFC", text or ""))
         return self._terms(w for w in words if w not in self._operators)
 
-    def _pieces(self, texts: Sequence[str | None], query: bool) -> list[list[str]]:
-        """Each NFC text's whitespace-separated pieces, every one then in the cache. No word of
-        ``WORD`` holds whitespace (none of ``str.split``'s separators is a letter or digit), so a
-        text's words are its pieces' words in order, and a piece's terms can be looked up."""
+    def _pieces(self, texts: Sequence[str | None], query: bool) -> tuple[list[list[str]], list[str]]:
+        """Each NFC text's whitespace-separated pieces and the batch's distinct pieces, every one
+        then in the cache. No word of ``WORD`` holds whitespace (none of ``str.split``'s
+        separators is a letter or digit), so a text's words are its pieces' words in order, and
+        a piece's terms can be looked up."""
         cache = self._query_cache if query else self._cache
         batch = [unicodedata.normalize("NFC", t or "").split() for t in texts]
-        new = [p for p in set(itertools.chain.from_iterable(batch)) if p not in cache]
+        every = list(set(itertools.chain.from_iterable(batch)))
+        new = [p for p in every if p not in cache]
         if len(cache) + len(new) > CACHE_PIECES:
             cache.clear()
-            new = list(set(itertools.chain.from_iterable(batch)))
+            new = every
         words = [WORD.findall(p) for p in new]
         if query:
             words = [[w for w in ws if w not in self._operators] for ws in words]
@@ -142,14 +148,41 @@ class Analyzer:
         kept = [(w, n) for w, n in zip(distinct, normal, strict=True) if n not in self._stop]
         term = dict(zip([w for w, _ in kept], self._stemmer.stemWords([n for _, n in kept]), strict=True))
         cache.update((p, tuple(term[w] for w in ws if w in term)) for p, ws in zip(new, words, strict=True))
-        return batch
+        return batch, every
 
     def documents(self, texts: Sequence[str | None]) -> list[list[str]]:
         """:meth:`document` of each text, each distinct piece analysed once."""
         get = self._cache.__getitem__
-        return [list(itertools.chain.from_iterable(map(get, p))) for p in self._pieces(texts, False)]
+        return [list(itertools.chain.from_iterable(map(get, p))) for p in self._pieces(texts, False)[0]]
 
     def queries(self, texts: Sequence[str | None]) -> list[list[str]]:
         """:meth:`query` of each text, each distinct piece analysed once."""
         get = self._query_cache.__getitem__
-        return [list(itertools.chain.from_iterable(map(get, p))) for p in self._pieces(texts, True)]
+        return [list(itertools.chain.from_iterable(map(get, p))) for p in self._pieces(texts, True)[0]]
+
+    def encode_documents(self, texts: Sequence[str | None]) -> tuple[dict[str, int], I32, I64]:
+        """:func:`tasks.common.search.bm25_rank.encode_documents` of :meth:`documents`: (term →
+        id in first-seen order, token ids back to back, starts), without a term list per text:
+        each token is a lookup of its piece, the pieces' terms spread by numpy."""
+        batch, every = self._pieces(texts, False)
+        piece = {p: i for i, p in enumerate(every)}
+        total = sum(map(len, batch))
+        flat = np.fromiter(map(piece.__getitem__, itertools.chain.from_iterable(batch)), np.int64, total)
+        per_piece = list(map(self._cache.__getitem__, every))
+        names = list(set(itertools.chain.from_iterable(per_piece)))
+        term = {t: i for i, t in enumerate(names)}
+        counts = np.fromiter(map(len, per_piece), np.int64, len(every))
+        spread = np.fromiter(map(term.__getitem__, itertools.chain.from_iterable(per_piece)), np.int64)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        sizes = counts[flat]
+        ends = np.cumsum(sizes)
+        at = np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - sizes - offsets[flat], sizes)
+        tokens = spread[at]
+        seen, first = np.unique(tokens, return_index=True)
+        order = seen[np.argsort(first)]  # term ids by first appearance
+        renumber = np.empty(len(names), np.int64)
+        renumber[order] = np.arange(len(order))
+        bounds = np.concatenate([[0], np.cumsum(list(map(len, batch)))]).astype(np.int64)
+        starts = np.concatenate([[0], ends])[bounds].astype(np.int64)
+        vocabulary = {names[t]: i for i, t in enumerate(order.tolist())}
+        return vocabulary, renumber[tokens].astype(np.int32), starts

@@ -9,8 +9,10 @@ import csv
 import unicodedata
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from tasks.common.search.bm25_rank import encode_documents
 from tasks.spanish_sr import analysis
 from tasks.spanish_sr.analysis import Analyzer
 from tests.spanish_sr.conftest import CT_EBM_SP, DATA
@@ -85,3 +87,23 @@ def test_queries_drop_operators_documents_keep_them() -> None:
     assert a.queries(["(caries O fluor) Y NO adultos"]) == [["cari", "fluor", "adult"]]
     assert a.documents(["depresion Y ninos"]) == [["depresion", "nin"]]  # "y" is a stop word
     assert a.queries(["NOT the"]) == [["the"]]  # the Spanish profile also drops English operators
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_encoded_documents_equal_the_encoded_per_word_terms(fold: bool) -> None:
+    texts: list[str | None] = [*spanish_texts(), *ODD]
+    batch, oracle = Analyzer("es", fold), Analyzer("es", fold)
+    vocabulary, tokens, starts = batch.encode_documents(texts)
+    expected = encode_documents([oracle.document(t) for t in texts])
+    assert vocabulary == expected[0]
+    assert list(vocabulary) == list(expected[0])  # first seen, first numbered
+    assert tokens.dtype == expected[1].dtype and np.array_equal(tokens, expected[1])
+    assert starts.dtype == expected[2].dtype and np.array_equal(starts, expected[2])
+
+
+def test_encoding_nothing_and_only_stop_words() -> None:
+    a = Analyzer("es")
+    for texts in ([], [None, "", "la de y"], ["la", "niños", None]):
+        got, expected = a.encode_documents(texts), encode_documents([a.document(t) for t in texts])
+        assert got[0] == expected[0]
+        assert np.array_equal(got[1], expected[1]) and np.array_equal(got[2], expected[2])
