@@ -6,8 +6,9 @@ chunk; :class:`PrefectChunkRunner` submits each as a ``chunk`` task run
 by default) or to ``prefect-ray``'s ``RayTaskRunner``
 (https://docs.prefect.io/integrations/prefect-ray), with the chunk's Ray resources
 (``num_gpus``, ``memory``) through ``remote_options``. The task runner starts on the first
-stage with more than one chunk and lives as long as the run, so workers stay warm (a
-model loaded by one chunk serves the next). At most twice as many chunks as workers are
+stage with more than one chunk (a pool: sooner, on ``prestart``) and lives as long as the run,
+so workers stay warm (a model loaded by one chunk serves the next); a pool worker holds one
+Prefect client and the driver's settings for all its task runs (``_start_worker``). At most twice as many chunks as workers are
 in flight: the driver reads its input lazily, whatever its size. When a chunk fails, no
 new chunk is submitted, the ones in flight finish (and are persisted by the engine), then
 the first error is raised: a rerun resumes with the unfinished chunks only.
@@ -56,9 +57,15 @@ def ray_options(resources: Resources) -> dict[str, Any]:
 class PrefectChunkRunner:
     """Runs chunk calls as Prefect tasks on the task runner ``execution.runner`` names."""
 
-    def __init__(self, execution: ExecutionConfig, flow_name: str) -> None:
+    def __init__(
+        self,
+        execution: ExecutionConfig,
+        flow_name: str,
+        make: Callable[[ExecutionConfig], TaskRunner[Any]] | None = None,
+    ) -> None:
         self._execution = execution
         self._flow = flow_name
+        self._make = make or make_task_runner  # another: a benchmark's peer (Prefect's pool as it is)
         self._runner: TaskRunner[Any] | None = None
         self._lock = threading.Lock()
 
@@ -80,11 +87,34 @@ class PrefectChunkRunner:
     def _started(self) -> TaskRunner[Any]:
         with self._lock:
             if self._runner is None:
-                runner = make_task_runner(self._execution)
+                runner = self._make(self._execution)
                 runner.__enter__()
                 self._runner = runner
                 log.info("chunks run on %s", self.description)
             return self._runner
+
+    def prestart(self) -> threading.Thread | None:
+        """Start the process pool and spawn its workers now, in a thread, while the run plans its
+        stages: spawning and importing Prefect takes a worker 3-8 s on 2 busy cores (bench_scale's
+        ``startup``), which the first chunked stage would wait for. None for Ray (``ray.init``
+        belongs in the main thread): it starts on the first stage with more than one chunk."""
+        if self._execution.runner != "process":
+            return None
+        thread = threading.Thread(target=self._prestart, name="irforge-prestart", daemon=True)
+        thread.start()
+        return thread
+
+    def _prestart(self) -> None:
+        try:
+            runner = self._started()
+            executor = getattr(
+                runner, "_executor", None
+            )  # Prefect's: a worker spawns per call no idle one takes
+            if executor is not None:
+                for future in [executor.submit(os.getpid) for _ in range(self.workers)]:
+                    future.result()
+        except Exception as exc:  # the first stage starts it again, and fails with the reason
+            log.warning("process pool not prestarted: %s: %s", type(exc).__name__, exc)
 
     def close(self) -> None:
         with self._lock:

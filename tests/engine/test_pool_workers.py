@@ -68,3 +68,21 @@ def test_each_chunk_is_still_a_task_run_on_the_server(pool: PrefectChunkRunner) 
             time.sleep(0.5)
     assert sorted(r.name for r in found) == names
     assert all(r.state is not None and r.state.is_completed() for r in found)
+
+
+def test_a_prestarted_pool_has_its_workers_before_the_first_chunk() -> None:
+    import multiprocessing
+
+    before = {p.pid for p in multiprocessing.active_children()}
+    runner = PrefectChunkRunner(ExecutionConfig(runner="process", workers=2), "pool")
+    try:
+        thread = runner.prestart()
+        assert thread is not None
+        thread.join(120)
+        spawned = {p.pid for p in multiprocessing.active_children()} - before
+        assert len(spawned) == 2  # both workers, no chunk submitted yet
+        states = [state for _i, state in runner.run(_calls(_worker_state, 4), CPU)]
+        assert {pid for pid, *_rest in states} <= spawned
+    finally:
+        runner.close()
+    assert PrefectChunkRunner(ExecutionConfig(runner="ray"), "pool").prestart() is None
