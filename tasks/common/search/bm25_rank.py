@@ -91,6 +91,7 @@ class RankBm25:
     indptr: I64  # [terms + 1]: term t's postings are indptr[t]:indptr[t + 1]
     docs: I32  # the row of each posting, ascending within a term
     weights: F64  # the term's score in that row (rank_bm25's, without BM25+'s idf * delta)
+    max_weight: F64  # [terms]: the largest of each term's weights, at least 0
     idf: F64  # [terms]: rank_bm25's idf (okapi: floored); 0 for a term no document holds
     norms: F64  # [documents]: 1 - b + b * dl / avgdl
     id_rank: I64  # [documents]: the tie-break rank of each row
@@ -116,7 +117,7 @@ class RankBm25:
             indptr, docs, tf, idf, norms, params.k1, params.delta_value, _CODES[params.variant]
         )
         ranks = np.arange(n, dtype=np.int64) if id_rank is None else np.asarray(id_rank, dtype=np.int64)
-        return cls(params, indptr, docs, weights, idf, norms, ranks)
+        return cls(params, indptr, docs, weights, rk.maxima(indptr, weights), idf, norms, ranks)
 
     @property
     def documents(self) -> int:
@@ -177,7 +178,7 @@ class RankBm25:
         )
 
         def run(lo: int, hi: int) -> None:
-            rk.top_k(self.indptr, self.docs, self.weights, self.idf, self.id_rank, q_terms, q_starts,
+            rk.top_k(self.indptr, self.docs, self.weights, self.max_weight, self.idf, self.id_rank, q_terms, q_starts,
                      lo, hi, k, out.rows, out.scores, out.counts)  # fmt: skip
 
         _in_slices(count, threads, run)

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from tasks.common.jit import compiled
 
-__all__ = ["OKAPI", "PLUS", "L", "posting_weights", "top_k"]
+__all__ = ["OKAPI", "PLUS", "L", "maxima", "posting_weights", "top_k"]
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -36,6 +36,7 @@ OKAPI: Final = 0  # variant codes
 PLUS: Final = 1
 L: Final = 2
 BUCKETS: Final = 4096  # the score histogram that finds the k-th score's neighbourhood
+SAMPLE: Final = 16384  # rows (at least) whose scores guess the k-th score before the scan
 
 
 def _term_weight_py(variant: int, idf: float, tf: float, norm: float, k1: float, delta: float) -> float:
@@ -49,6 +50,15 @@ def _term_weight_py(variant: int, idf: float, tf: float, norm: float, k1: float,
     return idf * tf * (k1 + 1.0) * (ctd + delta) / (k1 + ctd + delta)
 
 
+def _maxima_py(indptr: I64, weights: F64) -> F64:
+    """Each term's largest posting score, at least 0 (the histogram's scale, :func:`_top_k_py`)."""
+    out = np.zeros(indptr.shape[0] - 1, dtype=np.float64)
+    for t in range(out.shape[0]):
+        for p in range(indptr[t], indptr[t + 1]):
+            out[t] = max(out[t], weights[p])
+    return out
+
+
 def _posting_weights_py(
     indptr: I64, docs: I32, tf: I32, idf: F64, norms: F64, k1: float, delta: float, variant: int
 ) -> F64:
@@ -60,14 +70,17 @@ def _posting_weights_py(
     return out
 
 
-def _query_terms_py(query: I32) -> tuple[I64, F64]:
-    """(distinct term ids ascending, how many times each); -1, an unknown term, dropped."""
+def _query_terms_py(query: I32, idf: F64) -> tuple[I64, F64]:
+    """(distinct term ids ascending, how many times each); -1, an unknown term, and a term of
+    idf 0 (its weights are +0.0: adding them changes no bit) dropped."""
     raw = np.sort(query)
     raw = raw[np.searchsorted(raw, 0) :]
     m = 0
     terms = np.empty(raw.shape[0], dtype=np.int64)
     mult = np.empty(raw.shape[0], dtype=np.float64)
     for i in range(raw.shape[0]):
+        if idf[raw[i]] == 0.0:
+            continue
         if m > 0 and terms[m - 1] == raw[i]:
             mult[m - 1] += 1.0
         else:
@@ -77,53 +90,62 @@ def _query_terms_py(query: I32) -> tuple[I64, F64]:
     return terms[:m], mult[:m]
 
 
-def _accumulate_py(
-    indptr: I64, docs: I32, weights: F64, idf: F64, terms: I64, mult: F64, acc: F64, touched: I32
-) -> int:
-    """Add the query's postings into ``acc``; ``touched[:returned]``: the rows first seen (a row
-    whose sum came back to exactly 0 may be listed twice: ``touched`` holds every posting)."""
-    nt = 0
+def _accumulate_py(indptr: I64, docs: I32, weights: F64, terms: I64, mult: F64, acc: F64) -> None:
+    """Add ``mult[i] x`` the postings of each of ``terms`` (ascending) into ``acc``."""
     for i in range(terms.shape[0]):
         t = terms[i]
-        if idf[t] == 0.0:  # its weights are +0.0: adding them changes no bit
-            continue
         c = mult[i]
         for p in range(indptr[t], indptr[t + 1]):
-            d = docs[p]
-            v = acc[d]
-            touched[nt] = d  # kept when first seen: branch-free (the branch mispredicts)
-            nt += v == 0.0
-            acc[d] = v + c * weights[p]
-    return nt
+            acc[docs[p]] += c * weights[p]
 
 
-def _collect_py(acc: F64, touched: I32, nt: int, rows: I32, scores: F64) -> tuple[int, float]:
-    """Rows of ``touched[:nt]`` scoring above 0 into ``rows``/``scores`` (each once: ``acc`` is
-    reset on the way), their count and the best score."""
-    nc = 0
-    top = 0.0
-    for j in range(nt):
-        d = touched[j]
+def _guess_py(acc: F64, sample: int, scale: float, hist: I64, want: int) -> float:
+    """A score that about ``want`` of the first ``sample`` rows reach (the lower edge of a bucket
+    of ``hist``, ``scale`` buckets a unit of score); 0 when fewer rows than that score above 0."""
+    last = hist.shape[0] - 1
+    hist[:] = 0
+    for d in range(sample):
         v = acc[d]
-        rows[nc] = d
-        scores[nc] = v
-        nc += v > 0.0
-        top = max(top, v)
+        hist[min(last, int(max(v, 0.0) * scale))] += v > 0.0
+    b = last
+    total = hist[b]
+    while total < want and b > 0:
+        b -= 1
+        total += hist[b]
+    return b / scale if total >= want and scale > 0.0 else 0.0
+
+
+def _scan_py(acc: F64, floor: float, rows: I32, scores: F64) -> tuple[int, int]:
+    """Rows scoring above 0 and at least ``floor`` into ``rows``/``scores``; every row of ``acc``
+    reset to 0 on the way. Returns (how many kept, how many score above 0)."""
+    nc = 0
+    positive = 0
+    for d in range(acc.shape[0]):
+        v = acc[d]
+        positive += v > 0.0
+        if v >= floor and v > 0.0:
+            rows[nc] = d
+            scores[nc] = v
+            nc += 1
         acc[d] = 0.0
-    return nc, top
+    return nc, positive
 
 
-def _near_top_py(rows: I32, scores: F64, nc: int, top: float, k: int, hist: I64) -> int:
-    """Keep (in place, first) the rows whose score bucket is at or above the ``k``-th score's:
-    every row of the top ``k`` and its ties, few more. Returns how many (``nc`` if ``nc <= k``)."""
+def _near_top_py(rows: I32, scores: F64, nc: int, k: int, hist: I64) -> int:
+    """Keep (in place, first) the rows of ``rows[:nc]`` whose score bucket is at or above the
+    ``k``-th score's: every row of the top ``k`` and its ties, few more. Returns how many
+    (``nc`` if ``nc <= k``)."""
     if nc <= k:
         return nc
-    nb = hist.shape[0]
-    scale = nb / top
+    last = hist.shape[0] - 1
+    top = 0.0
+    for j in range(nc):
+        top = max(top, scores[j])
+    scale = hist.shape[0] / top
     hist[:] = 0
     for j in range(nc):
-        hist[min(nb - 1, int(scores[j] * scale))] += 1
-    b = nb - 1
+        hist[min(last, int(scores[j] * scale))] += 1
+    b = last
     total = hist[b]
     while total < k:
         b -= 1
@@ -132,7 +154,7 @@ def _near_top_py(rows: I32, scores: F64, nc: int, top: float, k: int, hist: I64)
     for j in range(nc):
         rows[m] = rows[j]
         scores[m] = scores[j]
-        m += min(nb - 1, int(scores[j] * scale)) >= b
+        m += min(last, int(scores[j] * scale)) >= b
     return m
 
 
@@ -164,6 +186,7 @@ def _top_k_py(
     indptr: I64,
     docs: I32,
     weights: F64,
+    max_weight: F64,
     idf: F64,
     id_rank: I64,
     q_terms: I32,
@@ -178,31 +201,37 @@ def _top_k_py(
     """Queries ``lo:hi``: the exact top ``k`` (above 0) of each into ``out_*[q]`` (module docstring)."""
     n = id_rank.shape[0]
     acc = np.zeros(n, dtype=np.float64)
-    touched = np.empty(n + 1, dtype=np.int32)  # one spare: written before the count says so
-    rows = np.empty(n + 1, dtype=np.int32)
-    scores = np.empty(n + 1, dtype=np.float64)
+    rows = np.empty(n, dtype=np.int32)
+    scores = np.empty(n, dtype=np.float64)
     hist = np.zeros(BUCKETS, dtype=np.int64)
+    sample = min(n, max(SAMPLE, n // 16))
+    want = (2 * k * sample + n - 1) // n + 8
     for q in range(lo, hi):
-        terms, mult = _query_terms(q_terms[q_starts[q] : q_starts[q + 1]])
-        postings = 0
+        terms, mult = _query_terms(q_terms[q_starts[q] : q_starts[q + 1]], idf)
+        bound = 0.0
         for i in range(terms.shape[0]):
-            postings += indptr[terms[i] + 1] - indptr[terms[i]]
-        if postings >= touched.shape[0]:  # rows listed twice (``_accumulate_py``) could overflow
-            touched = np.empty(postings + 1, dtype=np.int32)
-        nt = _accumulate(indptr, docs, weights, idf, terms, mult, acc, touched)
-        nc, top = _collect(acc, touched, nt, rows, scores)
-        m = _near_top(rows, scores, nc, top, k, hist)
+            bound += mult[i] * max_weight[terms[i]]
+        _accumulate(indptr, docs, weights, terms, mult, acc)
+        floor = _guess(acc, sample, BUCKETS / bound if bound > 0.0 else 0.0, hist, want)
+        nc, positive = _scan(acc, floor, rows, scores)
+        if nc < min(k, positive):  # the guess was too high: again, every row above 0
+            _accumulate(indptr, docs, weights, terms, mult, acc)
+            nc, positive = _scan(acc, 0.0, rows, scores)
+        m = _near_top(rows, scores, nc, k, hist)
         out_counts[q] = _ranked(rows, scores, m, k, id_rank, out_rows[q], out_scores[q])
 
 
 _term_weight = compiled(_term_weight_py)
 _query_terms = compiled(_query_terms_py)
 _accumulate = compiled(_accumulate_py)
-_collect = compiled(_collect_py)
+_guess = compiled(_guess_py)
+_scan = compiled(_scan_py)
 _near_top = compiled(_near_top_py)
 _ranked = compiled(_ranked_py)
 posting_weights: Callable[..., F64] = compiled(_posting_weights_py)
 """``posting_weights(indptr, docs, tf, idf, norms, k1, delta, variant)``; see :func:`_posting_weights_py`."""
+maxima: Callable[..., F64] = compiled(_maxima_py)
+"""``maxima(indptr, weights)``; see :func:`_maxima_py`."""
 top_k: Callable[..., None] = compiled(_top_k_py)
-"""The kernel: ``top_k(indptr, docs, weights, idf, id_rank, q_terms, q_starts, lo, hi, k, out_rows,
+"""The kernel: ``top_k(indptr, docs, weights, max_weight, idf, id_rank, q_terms, q_starts, lo, hi, k, out_rows,
 out_scores, out_counts)``; see :func:`_top_k_py`."""
