@@ -1,6 +1,6 @@
 """Benchmark: a stage's chunks inline vs on Prefect's process pool, on the same N cores.
 
-    .venv/bin/python bench/bench_scale.py [--passages 100000] [--abstracts 50000] [--claims 1000]
+    .venv/bin/python bench/bench_scale.py [--articles 250] [--passages 100000] [--abstracts 50000] [--claims 1000]
         [--chunk-rows 500] [--cores all] [--rounds 3] [--runners process,ray] [--quick]
 
 Real stage specs, real engine (``execute_step``, forced), chunks ``INLINE`` or on flows/runners.py's
@@ -9,24 +9,24 @@ Each core setting N pins this process (so the pool's workers, Ray's and the thre
 the same N CPUs for both sides (``all``: every CPU, no pinning): the pool's N workers are
 compared with inline on the N cores it may use, never with one pinned, busy core.
 
-* **startup**: a runner made, started and warmed by an empty stage of two chunks per worker
-  (pool spawn or ``ray.init``, the workers' imports, the first task runs), ``--start-rounds``
-  times each (a fresh runner each time, rotated), closing untimed.
+* **startup**: a fresh runner made, started and warmed by an empty stage of two chunks a worker
+  (spawn or ``ray.init``, imports, first task runs), ``--start-rounds`` times each, rotated.
 * **empty chunk**: a stage of ``--empty-chunks`` one-row chunks returned as they are
   (``StageSpec.chunk_rows`` 1: never resized): wall / chunks, what a chunk costs beyond its work
   (a task run, pickling both ways, persisting), inline, on our pool and on Prefect's pool as it
   is (``ProcessPoolTaskRunner``, settings and a client rebuilt every task run: the peer), and
   on a warm local Ray (``--runners`` with ray).
-* **filter**: CURE's ``filter`` (default profile) over ``--passages`` passages: distinct
-  50-150-word passages of the shared samples' sentences (bench/samples.py), every 100th a
-  one-typo copy of the one before. **candidates**: crossgenre's ``candidates`` (BM25, BM25+,
-  BM25+†, top 500), ``--claims`` headlines against ``--abstracts`` abstracts resampled from the
-  real MEDLINE records of data/crossgenre/medline (bench_crossgenre_bm25.synthesise); the first
-  chunk on a host builds the analysed corpus and the indexes (every core it may use), the
-  others memory-map them; each run has a fingerprint of its own (``elasticsearch_index``).
-  Both with ``execution.chunk_rows`` = ``--chunk-rows`` (the flows' configs: 500): inline
-  chunks are that, the pool's sized by the engine (irforge/parallel.py ``rows_per_chunk``).
+* **segment**: CURE's ``segment`` over ``--articles`` articles of 20 parse blocks (every 10th
+  four passages long: split at pysbd's sentence boundaries); chunks never split an article.
+* **filter**: CURE's ``filter`` over ``--passages`` distinct 50-150-word passages of the shared
+  samples' sentences (bench/samples.py), every 100th a one-typo copy of the one before.
+* **candidates**: crossgenre's ``candidates`` (BM25, BM25+, BM25+†, top 500), ``--claims``
+  headlines against ``--abstracts`` abstracts resampled from data/crossgenre/medline
+  (bench_crossgenre_bm25.synthesise); the first chunk on a host builds the indexes, the others
+  memory-map them; each run a fingerprint of its own (``elasticsearch_index``).
 
+Stages run with ``execution.chunk_rows`` = ``--chunk-rows`` (the flows' configs: 500): inline
+chunks are that, the pool's sized by the engine (irforge/parallel.py ``rows_per_chunk``).
 Timing: bench/common.py ``interleaved`` (a cold call each, then ``--rounds`` rounds, order
 rotated); ``speed-up`` = inline / pool per round, median (min–max); ``efficiency`` = the
 median speed-up / N. Results: bench/results/scale.json (``--quick``: scale_quick.json).
@@ -68,10 +68,10 @@ QUIET = {"PREFECT_LOGGING_LEVEL": "WARNING", "PREFECT_LOGGING_TO_API_WHEN_MISSIN
          "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}  # fmt: skip
 FLOW = "bench_scale"
 BASE_DIR = common.REPO / "flows" / "configs"  # candidates' dictionary path is relative to it
-STAGES = ("filter", "candidates")
+STAGES = ("segment", "filter", "candidates")
 WHOLE = 1 << 40
 CPUS = sorted(os.sched_getaffinity(0))  # before any pinning
-CORPUS = ("passages", "abstracts", "claims", "seed", "chunk_rows", "empty_chunks")
+CORPUS = ("articles", "passages", "abstracts", "claims", "seed", "chunk_rows", "empty_chunks")
 
 
 class Label(StrictModel):
@@ -92,6 +92,7 @@ def spec_of(name: str, schema: pa.Schema, up: str | None, process: Any, **more: 
 
 
 EMPTY = spec_of("empty", pa.schema([pa.field("id", pa.string())]), "tiny", noop, chunk_rows=1)
+WARM = spec_of("warm", pa.schema([pa.field("id", pa.string())]), "tiny", noop)
 
 
 def source_spec(name: str, table: pa.Table, tables: dict[str, pa.Table] | None = None) -> StageSpec[Label]:
@@ -124,6 +125,24 @@ def passages_table(n: int, seed: int) -> pa.Table:
          "n_words": ints([len(t.split()) for t in texts])},
         schema=segment.SCHEMA,
     )  # fmt: skip
+
+
+def parse_table(articles: int, seed: int) -> pa.Table:
+    """``articles`` × 20 parse blocks (an abstract, then paragraphs) of real sample sentences; every
+    10th block four passages long (200-600 words: split at pysbd's sentence boundaries)."""
+    from tasks.cure.stages.parse import BLOCK_SEPARATOR, SCHEMA  # noqa: PLC0415
+
+    texts = build_passages(sample_passages(), articles * 23, random.Random(seed))
+    blocks = [[" ".join(texts[a * 23 + b : a * 23 + b + 4]) if b % 10 == 9 else texts[a * 23 + b]
+               for b in range(20)] for a in range(articles)]  # fmt: skip
+    sep = len(BLOCK_SEPARATOR)
+    starts = [[sum(len(t) + sep for t in bl[:b]) for b in range(20)] for bl in blocks]
+    rows = {"article_id": [f"a{a:06d}" for a in range(articles) for _ in range(20)],
+            "block_index": list(range(20)) * articles, "kind": (["abstract"] + ["paragraph"] * 19) * articles,
+            "section_path": ([[]] + [["Results"]] * 19) * articles, "text": [t for bl in blocks for t in bl],
+            "char_start": [s for st in starts for s in st],
+            "char_end": [s + len(t) for st, bl in zip(starts, blocks, strict=True) for s, t in zip(st, bl, strict=True)]}  # fmt: skip
+    return pa.Table.from_pydict(rows, schema=SCHEMA)
 
 
 def corpus_table(ids: Sequence[str], abstracts: Sequence[str]) -> pa.Table:
@@ -161,20 +180,14 @@ class Bench:
     """The store, the published sources and the plans of the timed stages."""
 
     def __init__(self, root: Path, args: Any, console: Console) -> None:
-        self.store, self.fps, self.args, self.runs = (
-            ArtifactStore(root),
-            dict[str, str](),
-            args,
-            itertools.count(),
-        )
+        self.store, self.fps, self.args, self.runs = ArtifactStore(root), dict[str, str](), args, itertools.count()  # fmt: skip
         label, t0 = f"{args.passages}-{args.abstracts}-{args.claims}-{args.seed}", time.perf_counter()
         self.publish(source_spec("segment", passages_table(args.passages, args.seed)), label)
+        self.publish(source_spec("parse", parse_table(args.articles, args.seed)), label)
         rows, cited, rest = claims_tables(args.abstracts, args.claims, args.seed)
         self.publish(source_spec("claims", rows, {"corpus": cited}), label)
         self.publish(source_spec("distractors", rest), label)
-        self.publish(
-            source_spec("tiny", pa.table({"id": [f"r{i:05d}" for i in range(args.empty_chunks)]})), label
-        )
+        self.publish(source_spec("tiny", pa.table({"id": [f"r{i:05d}" for i in range(args.empty_chunks)]})), label)  # fmt: skip
         console.print(f"sources published in {time.perf_counter() - t0:.0f} s")
 
     def plan(self, spec: StageSpec[Any], config: BaseModel) -> StagePlan:
@@ -189,18 +202,17 @@ class Bench:
         return execute_step(Step(plan, force=True), self.store, FLOW, execution, runner=runner)
 
     def stage(self, name: str, runner: ChunkRunner) -> StageOutcome:
-        """One forced run of stage ``name`` (``empty``, ``filter``, ``candidates``) on ``runner``."""
+        """One forced run of stage ``name`` (``empty`` or one of ``STAGES``) on ``runner``."""
         from tasks.crossgenre.stages import candidates  # noqa: PLC0415
         from tasks.cure.stages import filter as cure_filter  # noqa: PLC0415
+        from tasks.cure.stages import segment  # noqa: PLC0415
 
-        tag = f"run-{next(self.runs)}"
-        if name == "candidates":
-            config: BaseModel = candidates.CandidatesConfig(elasticsearch_index=f"bench-{tag}")
-            return self.run(self.plan(candidates.SPEC, config), self.args.chunk_rows, runner)
-        if name == "filter":
-            return self.run(
-                self.plan(cure_filter.SPEC, cure_filter.FilterConfig()), self.args.chunk_rows, runner
-            )
+        tag, rows = f"run-{next(self.runs)}", self.args.chunk_rows
+        plans = {"segment": lambda: self.plan(segment.SPEC, segment.SegmentConfig()),
+                 "filter": lambda: self.plan(cure_filter.SPEC, cure_filter.FilterConfig()),
+                 "candidates": lambda: self.plan(candidates.SPEC, candidates.CandidatesConfig(elasticsearch_index=f"bench-{tag}"))}  # fmt: skip
+        if name in plans:
+            return self.run(plans[name](), rows, runner)
         return self.run(self.plan(EMPTY, Label(label=tag)), 1, runner)
 
 
@@ -214,8 +226,7 @@ def pin(cores: int) -> None:
             continue
 
 
-def _environment(env: dict[str, str]) -> None:
-    """The peer pool's worker initializer: the environment only, as flows/runners.py had it."""
+def _environment(env: dict[str, str]) -> None:  # the peer's worker initializer, as flows/runners.py had it
     os.environ.update(env)
 
 
@@ -240,9 +251,8 @@ def make_runner(kind: str, cores: int) -> Any:
 
 def warm(bench: Bench, runner: Any, cores: int) -> None:
     """Start ``runner`` and run two empty chunks a worker on it."""
-    tiny = bench.plan(EMPTY, Label(label=f"warm-{next(bench.runs)}"))
-    rows = bench.args.empty_chunks
-    bench.run(tiny, max(1, rows // (2 * cores)), runner)  # (EMPTY's own chunk_rows wins: a chunk a row)
+    tiny = bench.plan(WARM, Label(label=f"warm-{next(bench.runs)}"))
+    bench.run(tiny, -(-bench.args.empty_chunks // (2 * cores)), runner)
 
 
 def startup(bench: Bench, kinds: Sequence[str], cores: int, console: Console) -> dict[str, Any]:
@@ -269,20 +279,16 @@ def compare(bench: Bench, name: str, runners: dict[str, Any], cores: int) -> dic
     for kind, outcome in timings.results.items():
         out["chunks"][kind] = outcome.manifest["chunks"]["total"]
         out["process_s"][kind] = float(outcome.manifest["process_s"])
-    inline = timings.warm["inline"]
-    for kind in [k for k in runners if k != "inline"]:
-        if name == "empty":
+    for kind in runners:
+        if name == "empty":  # wall / chunks; the peers' seconds over ours
             per = [1000 * s / out["chunks"][kind] for s in timings.warm[kind]]
             out.setdefault("ms_per_chunk", {})[kind] = statistics.median(per)
-            if kind != "process":
-                out.setdefault("vs_ours", {})[kind] = common.ratio_summary(
-                    timings.warm[kind], timings.warm["process"]
-                )
-        else:
-            speedup = common.ratio_summary(inline, timings.warm[kind])
+            out.setdefault("vs_ours", {})[kind] = common.ratio_summary(
+                timings.warm[kind], timings.warm["process"]
+            )
+        elif kind != "inline":
+            speedup = common.ratio_summary(timings.warm["inline"], timings.warm[kind])
             out.setdefault("speedup", {})[kind] = speedup | {"efficiency": speedup["median"] / cores}
-    if name == "empty":
-        out["ms_per_chunk"]["inline"] = statistics.median(1000 * s / out["chunks"]["inline"] for s in inline)
     return out
 
 
@@ -312,14 +318,10 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     parser = common.bench_parser(__doc__)
     add = parser.add_argument
     add("--passages", type=int, default=100_000, help="filter input (default 100k)")
+    add("--articles", type=int, default=250, help="segment input: articles of 20 blocks (default 250)")
     add("--abstracts", type=int, default=50_000, help="candidates corpus (default 50k)")
     add("--claims", type=int, default=1000, help="candidates queries (default 1000)")
-    add(
-        "--chunk-rows",
-        type=int,
-        default=500,
-        help="execution.chunk_rows (default 500, as the flows' configs)",
-    )
+    add("--chunk-rows", type=int, default=500, help="execution.chunk_rows (default 500: the flows' configs)")
     add("--empty-chunks", type=int, default=100, help="chunks of the empty stage (default 100)")
     add("--cores", default="all", help="core settings, numbers or 'all' (default all)")
     add("--runners", default="process,ray", help="runners whose start is timed (ray: also its empty chunk)")
@@ -331,14 +333,19 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     add("--quick", action="store_true", help="smoke run: 10k passages and abstracts, 100 claims, 1 round")
     args = common.parse_with_out(parser, argv, common.results_file("scale"))
     if args.quick:  # its results beside the full run's, not over them
-        args.passages, args.abstracts, args.claims, args.rounds, args.start_rounds = 10_000, 10_000, 100, 1, 1
-        args.empty_chunks = 20
+        args.passages, args.abstracts, args.claims, args.articles, args.empty_chunks = (
+            10_000,
+            10_000,
+            100,
+            100,
+            20,
+        )
+        args.rounds = args.start_rounds = 1
         full, quick = common.results_file("scale"), common.results_file("scale_quick")
         args.out = quick if args.out == full else args.out
     every = len(CPUS)
-    args.core_list = list(
-        dict.fromkeys(every if c == "all" else min(int(c), every) for c in args.cores.split(","))
-    )
+    cores = (every if c == "all" else min(int(c), every) for c in args.cores.split(","))
+    args.core_list = list(dict.fromkeys(cores))
     args.stage_list = [s for s in STAGES if s in args.stages.split(",")]
     return args
 
@@ -365,9 +372,8 @@ def show(configs: list[dict[str, Any]], console: Console) -> None:
             table.add_row(name, str(c["cores"]), f"{chunks['inline']}/{chunks['process']}",
                           f"{t['inline']['median_s']:.2f}", f"{t['process']['median_s']:.2f}",
                           speedup["text"], f"{speedup['efficiency']:.2f}")  # fmt: skip
-        starts = ", ".join(
-            f"{k} {v['median_s']:.1f} s ({v['min_s']:.1f}–{v['max_s']:.1f})" for k, v in c["startup"].items()
-        )
+        starts = ", ".join(f"{k} {v['median_s']:.1f} s ({v['min_s']:.1f}–{v['max_s']:.1f})"
+                           for k, v in c["startup"].items())  # fmt: skip
         console.print(f"runner start on {c['cores']} core(s): {starts}")
     console.print(table)
 

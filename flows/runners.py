@@ -181,8 +181,12 @@ def _start_worker(env: dict[str, str], settings: dict[str, Any]) -> None:
     from prefect.context import SettingsContext, SyncClientContext  # noqa: PLC0415 -- Prefect's pool imported them
 
     SettingsContext(**settings).__enter__()  # exited with the process
-    if PREFECT_API_URL.value():  # else a client would start a server of its own: left to Prefect
+    if not PREFECT_API_URL.value():  # a client would start a server of its own: left to Prefect
+        return
+    try:
         SyncClientContext().__enter__()
+    except Exception as exc:  # (a worker whose initializer fails breaks the pool) each task run says why
+        log.warning("pool worker %d: no shared Prefect client: %s: %s", os.getpid(), type(exc).__name__, exc)
 
 
 class _PoolTaskRunner(ProcessPoolTaskRunner):
