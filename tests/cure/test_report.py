@@ -485,3 +485,31 @@ def test_chromium_screenshot_is_a_real_picture(rendered: Rendered) -> None:
         assert image.size == (1280, 2000)
         colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 50  # text, tables and plots, not a blank page
+
+
+def test_figures_are_drawn_once_for_the_same_artifacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report of the same artifacts reads its figures back (issue 26: drawing was most of a
+    reused run); a change of an artifact draws that run's figures anew, equal to a fresh render."""
+    from tasks.common.report import plots
+
+    root = tmp_path / "store"
+    build_run(root)
+    drawn: list[str] = []
+    to_svg = plots.to_svg
+
+    def counting(fig: Any, name: str) -> str:
+        drawn.append(name)
+        return to_svg(fig, name)
+
+    monkeypatch.setattr(plots, "to_svg", counting)
+    first = write_report(root, FLOW, RUN_ID, sections=SECTIONS).read_text(encoding="utf-8")
+    assert len(drawn) >= 3 and "stage-times" in drawn  # the pool and judge figures and the timings
+    drawn.clear()
+    again = write_report(root, FLOW, RUN_ID, sections=SECTIONS).read_text(encoding="utf-8")
+    assert drawn == [] and again == first
+    assert again == render_report(_load(root))  # what a render without the cache draws
+    drawn.clear()
+    older = write_report(root, FLOW, OLD_RUN_ID, sections=SECTIONS)  # other stages: other figures
+    assert drawn and older.read_text(encoding="utf-8") == render_report(_load(root, OLD_RUN_ID))

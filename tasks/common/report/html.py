@@ -22,8 +22,9 @@ from markupsafe import Markup
 
 from tasks.common.report import plots
 from tasks.common.report.data import RunReport, load_report
+from tasks.common.report.figure_cache import FOLDER, cached_svg, run_material
 from tasks.common.report.page import PAGE, STYLE
-from tasks.common.report.sections import Section, draw_figure
+from tasks.common.report.sections import Section
 
 STATE_CLASS = {
     "computed": "ok",
@@ -113,14 +114,21 @@ def _body(source: str) -> Template:
     return _ENV.from_string(source)
 
 
-def render_report(report: RunReport) -> str:
-    """The report as one HTML page (a string)."""
+def render_report(report: RunReport, figures_dir: Path | None = None) -> str:
+    """The report as one HTML page (a string); figures drawn before are read from
+    ``figures_dir`` when given (:mod:`tasks.common.report.figure_cache`)."""
     times = [(s.name, s.record.wall_s or 0.0) for s in report.stages]
-    figures = {s.id: _markup(draw_figure(s, report.data.get(s.id))) for s in report.sections}
+    run = run_material(report)
+    figures = {
+        s.id: _markup(cached_svg(figures_dir, run + s.id.encode(), s.figure, report.data.get(s.id)))
+        if s.figure
+        else None
+        for s in report.sections
+    }
     return _PAGE.render(
         r=report,
         style=Markup(STYLE),
-        timings=Markup(plots.stage_times(times)),
+        timings=Markup(cached_svg(figures_dir, json.dumps(times).encode(), plots.stage_times, times) or ""),
         figures=figures,
         bodies={s.id: _body(s.template) for s in report.sections},
         nav=_nav(report),
@@ -137,7 +145,7 @@ def write_report(
     ``sections``: the flow's own (its ``Pipeline.report_sections``, ``flows/registry.py``).
     """
     report = load_report(root, flow, run_id, sections=sections)
-    page = render_report(report)
+    page = render_report(report, root / flow / "reports" / FOLDER)
     path = root / flow / "reports" / f"{report.run_id}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")

@@ -12,11 +12,11 @@ import io
 import re
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib as mpl
-from matplotlib.figure import Figure
-from matplotlib.typing import RcKeyType
+if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn: a report of cached figures needs none
+    from matplotlib.figure import Figure
+    from matplotlib.typing import RcKeyType
 
 OTHER_COLOUR = "#8d6cab"  # a series without a colour of its own
 BAR_COLOUR = "#3d6fb6"
@@ -35,6 +35,8 @@ _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
 
 def to_svg(fig: Figure, name: str) -> str:
     """The figure as an ``<svg>`` element ready to inline in HTML (no XML prologue, no metadata)."""
+    import matplotlib as mpl  # noqa: PLC0415
+
     buffer = io.StringIO()
     style: dict[RcKeyType, Any] = {**_STYLE, "svg.hashsalt": f"irforge-report-{name}"}
     with mpl.rc_context(style):
@@ -45,11 +47,15 @@ def to_svg(fig: Figure, name: str) -> str:
 
 def styled() -> AbstractContextManager[Any]:
     """The report's matplotlib style; draw a figure inside it (rc values are read when artists are created)."""
+    import matplotlib as mpl  # noqa: PLC0415
+
     return mpl.rc_context(_STYLE)
 
 
 def new_figure(width: float, height: float) -> Figure:
     """A figure of that size in inches, laid out by matplotlib (``constrained``)."""
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
     with styled():
         return Figure(figsize=(width, height), layout="constrained")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 
@@ -62,10 +62,3 @@ def load_section(
     except (IrforgeError, OSError, pa.ArrowException) as e:
         problems[section.stage] = f"{type(e).__name__}: {e}"
         return None
-
-
-def draw_figure(section: Section[Any], data: Any) -> str | None:
-    """The section's figure for ``data``; None without data or without a figure."""
-    if data is None or section.figure is None:
-        return None
-    return section.figure(data)
