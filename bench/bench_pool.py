@@ -1,6 +1,6 @@
 """Benchmark: cross-encoder pooling throughput (pairs/s), ours vs plain ``CrossEncoder.predict``.
 
-    .venv/bin/python bench/bench_pool.py [--pairs 320] [--batch-size 32] [--gpu-pairs 20000]
+    .venv/bin/python bench/bench_pool.py [--pairs 160] [--batch-size 32] [--rounds 3] [--gpu-pairs 20000]
 
 Pairs (deterministic, ``--seed``): passages are runs of sentences of the shared sample
 articles, reviews and HTML pages, cut to a length drawn from a gamma distribution with a
@@ -18,8 +18,9 @@ random head) scores the same pairs through
   order with the same ``batch_size`` and an identity activation (sentence-transformers 6
   sorts each call's pairs by character length itself, so this peer is not naive).
 
-Each is warmed up, then timed ``--repeat`` times, alternately, and the best run is kept (the
-machine may be shared). The ratio ours / peer is printed, with both logits' largest
+Interleaved (``bench.common.interleaved``: a cold call each, then ``--rounds`` rounds, order
+rotated), on one thread each and then on every core (torch, BLAS and numba threads pinned
+alike). The ratio peer / ours seconds, median (min–max), is printed, with both logits' largest
 difference (a sanity check: float rounding only) and the padding each batching implies
 (padded tokens / real tokens, from the tokenizer, machine-independent).
 
@@ -43,11 +44,10 @@ import random
 import shutil
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -65,15 +65,6 @@ from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, TOKENIZER_FILES
 from tasks.common.rerank.local import CrossEncoderReranker
 
 PEAK_BF16_TFLOPS = {"H100 SXM": 989.0, "H100 PCIe": 756.0, "H200": 989.0, "A100": 312.0}
-T = TypeVar("T")
-
-
-def timed(fn: Callable[[], T]) -> tuple[T, float]:
-    start = time.perf_counter()
-    result = fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return result, time.perf_counter() - start
 
 
 # -- pairs ----------------------------------------------------------------------------------
@@ -155,9 +146,11 @@ def compare(
     passages: list[str],
     *,
     batch_size: int,
-    repeat: int,
+    rounds: int,
     autocast: torch.dtype | None,
 ) -> dict[str, Any]:
+    """Ours and the peer on the same pairs, interleaved (``bench.common.interleaved``); their
+    timings, logits' largest difference and the padding each batching implies."""
     pairs = list(zip(queries, passages, strict=True))
 
     def run_peer(subset: list[tuple[str, str]]) -> np.ndarray:
@@ -167,28 +160,35 @@ def compare(
             )
         return np.asarray(out, dtype=np.float64)
 
-    warm = min(len(pairs), 2 * batch_size)  # kernels, allocator, tokenizer caches
-    ours.score(queries[:warm], passages[:warm])
-    run_peer(pairs[:warm])
-    ours_s: list[float] = []
-    peer_s: list[float] = []
-    ours_logits = peer_logits = np.zeros(0)
-    for _ in range(repeat):  # alternate, so that a busy moment hits both
-        scored, seconds = timed(lambda: ours.score(queries, passages))
-        ours_logits, ours_s = scored.logit, [*ours_s, seconds]
-        peer_logits, seconds = timed(lambda: run_peer(pairs))
-        peer_s.append(seconds)
+    def run_ours() -> np.ndarray:
+        out = np.asarray(ours.score(queries, passages).logit, dtype=np.float64)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return out
+
+    def run_peer_all() -> np.ndarray:
+        out = run_peer(pairs)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return out
+
+    # The cold call of each (kernels, allocator, tokenizer caches) is apart; then interleaved rounds.
+    timings = common.interleaved({"ours": run_ours, "peer": run_peer_all}, rounds)
+    ours_logits, peer_logits = timings.results["ours"], timings.results["peer"]
+    ours_m, peer_m = timings.median("ours"), timings.median("peer")
     lengths = ours.token_lengths(queries, passages)
     ours_order = np.argsort(-lengths, kind="stable")
     peer_order = np.argsort([-(len(q) + len(p)) for q, p in pairs], kind="stable")  # by characters
     sizes = budget_sizes(lengths[ours_order], ours.batch_size, ours.max_batch_tokens)
     return {
         "pairs": len(pairs),
-        "ours_s": min(ours_s),
-        "peer_s": min(peer_s),
-        "ours_pairs_per_s": len(pairs) / min(ours_s),
-        "peer_pairs_per_s": len(pairs) / min(peer_s),
-        "ratio": min(peer_s) / min(ours_s),
+        "timings": timings.summary(),
+        "_timings": timings,
+        "ours_s": ours_m,
+        "peer_s": peer_m,
+        "ours_pairs_per_s": len(pairs) / ours_m,
+        "peer_pairs_per_s": len(pairs) / peer_m,
+        "ratio": timings.ratio("peer", "ours"),
         "max_abs_logit_diff": float(np.abs(ours_logits - peer_logits).max()),
         "real_tokens": int(lengths.sum()),
         "mean_tokens_per_pair": float(lengths.mean()),
@@ -257,13 +257,13 @@ def run_gpu(args: argparse.Namespace, tokenizer_from: Path, console: Console) ->
             queries,
             passages,
             batch_size=args.gpu_batch_size,
-            repeat=args.repeat,
+            rounds=args.rounds,
             autocast=torch.bfloat16,
         )
     peak = peak_tflops(name)
     for label, params in (("all_params", total), ("non_embedding", non_embedding)):
         flops = 2.0 * params * stats["real_tokens"]
-        stats[f"tflops_ours_{label}"] = flops / stats["ours_s"] / 1e12
+        stats[f"tflops_ours_{label}"] = flops / stats["ours_s"] / 1e12  # warm median
         stats[f"peak_fraction_ours_{label}"] = (
             stats[f"tflops_ours_{label}"] / peak if peak is not None else "unknown"
         )
@@ -283,12 +283,14 @@ def run_gpu(args: argparse.Namespace, tokenizer_from: Path, console: Console) ->
 
 
 def table(title: str, stats: dict[str, Any]) -> Table:
-    t = common.figures_table(title, ("engine", "seconds", "pairs/s", "ours / peer", "padded / real tokens"))
+    t = common.figures_table(
+        title, ("engine", "warm median s", "pairs/s", "peer / ours warm (min–max)", "padded / real tokens")
+    )
     t.add_row(
         "ours: CrossEncoderReranker (token-length buckets)",
         f"{stats['ours_s']:.2f}",
         f"{stats['ours_pairs_per_s']:,.1f}",
-        f"{stats['ratio']:.2f}x",
+        stats["ratio"],
         f"{stats['padding_ours']:.3f}",
     )
     t.add_row(
@@ -315,11 +317,10 @@ def report_gpu(console: Console, gpu: dict[str, Any]) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = common.bench_parser(__doc__)
-    parser.add_argument("--pairs", type=int, default=320, help="CPU pairs (each engine scores all of them)")
+    parser.add_argument("--pairs", type=int, default=160, help="CPU pairs (each engine scores all of them)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=512)
-    parser.add_argument("--repeat", type=int, default=2, help="timed runs per engine; the best is kept")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved warm rounds per engine")
     parser.add_argument("--gpu-pairs", type=int, default=20_000)
     parser.add_argument("--gpu-batch-size", type=int, default=256)
     parser.add_argument("--gpu-max-batch-tokens", type=int, default=32_768)
@@ -331,17 +332,43 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return common.parse_with_out(parser, argv, common.results_file("pool"))
 
 
+def cpu_runs(
+    args: argparse.Namespace, ours: CrossEncoderReranker, peer: CrossEncoder, queries: list[str],
+    passages: list[str], console: Console,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+    """The CPU comparison on one thread each, then on every core (both sides the same torch,
+    BLAS and numba threads: ``bench.common.same_threads``); the figures and the table rows."""
+    out: dict[str, Any] = {"model": MINILM_CROSS_ENCODER}
+    rows = []
+    size = f"{len(queries):,} pairs, batch {args.batch_size}"
+    for threads in dict.fromkeys((1, common.all_cores())):
+        console.print(
+            f"CPU: {MINILM_CROSS_ENCODER}, {threads} thread(s), {args.rounds} interleaved rounds ..."
+        )
+        with common.same_threads(threads):
+            stats = compare(
+                ours, peer, queries, passages, batch_size=args.batch_size, rounds=args.rounds, autocast=None
+            )
+        timings = stats.pop("_timings")
+        rows.append(
+            common.table_row(
+                "Cross-encoder pairs/s (MiniLM-L6, CPU)", size, str(threads), timings,
+                ("ours: CrossEncoderReranker", "ours"), ("CrossEncoder.predict", "peer"),
+            )
+        )  # fmt: skip
+        out[f"threads_{threads}"] = stats
+        console.print(table(f"CPU, {MINILM_CROSS_ENCODER}, {size}, {threads} thread(s)", stats))
+        console.print(f"largest logit difference {stats['max_abs_logit_diff']:.1e}")
+    return out, rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console(width=120)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
     queries, passages, source = build_pairs(args.pairs, random.Random(args.seed))
     console.print(
         f"{len(queries):,} pairs from {source}: queries {np.mean([len(q.split()) for q in queries]):.1f} words, "
-        f"passages {np.mean([len(p.split()) for p in passages]):.1f} words on average; "
-        f"CPU threads {torch.get_num_threads()}"
+        f"passages {np.mean([len(p.split()) for p in passages]):.1f} words on average"
     )
     ours = CrossEncoderReranker(
         MINILM_CROSS_ENCODER,
@@ -352,10 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     assert ours.path is not None
     peer = CrossEncoder(str(ours.path), device="cpu", max_length=args.max_length)
-    console.print(f"CPU: {MINILM_CROSS_ENCODER}, batch size {args.batch_size}, best of {args.repeat} ...")
-    cpu = compare(
-        ours, peer, queries, passages, batch_size=args.batch_size, repeat=args.repeat, autocast=None
-    )
+    cpu, rows = cpu_runs(args, ours, peer, queries, passages, console)
     result: dict[str, Any] = {
         "source": source,
         "pairs": len(queries),
@@ -363,23 +387,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mean_passage_words": float(np.mean([len(p.split()) for p in passages])),
         "batch_size": args.batch_size,
         "max_length": args.max_length,
-        "repeat": args.repeat,
-        "cpu": {"model": MINILM_CROSS_ENCODER, "threads": torch.get_num_threads(), **cpu},
+        "rounds": args.rounds,
+        "cpu": cpu,
+        "table": rows,
     }
-    console.print(table(f"CPU, {MINILM_CROSS_ENCODER}, {len(queries):,} pairs, batch {args.batch_size}", cpu))
-    console.print(
-        f"ours / peer: {cpu['ratio']:.2f}x pairs/s; largest logit difference {cpu['max_abs_logit_diff']:.1e}"
-    )
 
     if torch.cuda.is_available() and not args.skip_gpu:
         gpu = run_gpu(args, ours.path, console)
+        gpu.pop("_timings")
         result["gpu"] = gpu
         report_gpu(console, gpu)
     else:
         result["gpu"] = "skipped" if args.skip_gpu else "no CUDA device"
         console.print(f"GPU: {result['gpu']}")
 
-    result["common.environment"] = common.environment(
+    result["environment"] = common.environment(
         torch=torch.__version__,
         sentence_transformers=version("sentence-transformers"),
         transformers=version("transformers"),
