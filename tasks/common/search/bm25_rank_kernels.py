@@ -36,6 +36,8 @@ OKAPI: Final = 0  # variant codes
 PLUS: Final = 1
 L: Final = 2
 BUCKETS: Final = 4096  # the score histogram that finds the k-th score's neighbourhood
+LANES: Final = 32  # rows a count of the scan
+ABOVE_0: Final = 5e-324  # the least positive float64: ``v >= ABOVE_0`` is ``v > 0``
 SAMPLE: Final = 16384  # rows (at least) whose scores guess the k-th score before the scan
 
 
@@ -115,20 +117,26 @@ def _guess_py(acc: F64, sample: int, scale: float, hist: I64, want: int) -> floa
     return b / scale if total >= want and scale > 0.0 else 0.0
 
 
-def _scan_py(acc: F64, floor: float, rows: I32, scores: F64) -> tuple[int, int]:
-    """Rows scoring above 0 and at least ``floor`` into ``rows``/``scores``; every row of ``acc``
-    reset to 0 on the way. Returns (how many kept, how many score above 0)."""
+def _scan_py(acc: F64, floor: float, rows: I32, scores: F64) -> int:
+    """Rows scoring at least ``floor`` (> 0) into ``rows``/``scores``, how many; ``acc`` reset to 0.
+    Rows are counted :data:`LANES` at a time (a loop the compiler vectorises); the few groups
+    holding one are read again."""
+    n = acc.shape[0]
+    whole = n - n % LANES
     nc = 0
-    positive = 0
-    for d in range(acc.shape[0]):
-        v = acc[d]
-        positive += v > 0.0
-        if v >= floor and v > 0.0:
-            rows[nc] = d
-            scores[nc] = v
-            nc += 1
-        acc[d] = 0.0
-    return nc, positive
+    for base in range(0, n, LANES):
+        end = base + LANES if base < whole else n
+        hits = 0
+        for d in range(base, end):
+            hits += acc[d] >= floor
+        if hits:
+            for d in range(base, end):
+                if acc[d] >= floor:
+                    rows[nc] = d
+                    scores[nc] = acc[d]
+                    nc += 1
+    acc[:] = 0.0
+    return nc
 
 
 def _near_top_py(rows: I32, scores: F64, nc: int, k: int, hist: I64) -> int:
@@ -205,7 +213,7 @@ def _top_k_py(
     scores = np.empty(n, dtype=np.float64)
     hist = np.zeros(BUCKETS, dtype=np.int64)
     sample = min(n, max(SAMPLE, n // 16))
-    want = (2 * k * sample + n - 1) // n + 8
+    want = (3 * k * sample + 2 * n - 1) // (2 * n) + 8  # ~1.5 k rows expected at or above the guess
     for q in range(lo, hi):
         terms, mult = _query_terms(q_terms[q_starts[q] : q_starts[q + 1]], idf)
         bound = 0.0
@@ -213,10 +221,10 @@ def _top_k_py(
             bound += mult[i] * max_weight[terms[i]]
         _accumulate(indptr, docs, weights, terms, mult, acc)
         floor = _guess(acc, sample, BUCKETS / bound if bound > 0.0 else 0.0, hist, want)
-        nc, positive = _scan(acc, floor, rows, scores)
-        if nc < min(k, positive):  # the guess was too high: again, every row above 0
+        nc = _scan(acc, max(floor, ABOVE_0), rows, scores)
+        if nc < k and floor > 0.0:  # the guess may have been too high: again, every row above 0
             _accumulate(indptr, docs, weights, terms, mult, acc)
-            nc, positive = _scan(acc, 0.0, rows, scores)
+            nc = _scan(acc, ABOVE_0, rows, scores)
         m = _near_top(rows, scores, nc, k, hist)
         out_counts[q] = _ranked(rows, scores, m, k, id_rank, out_rows[q], out_scores[q])
 
