@@ -109,6 +109,15 @@ def test_few_words_many_ties_and_repeats() -> None:
         assert_same_top(corpus, queries, Params(variant), k=25)
 
 
+def test_a_sample_that_overestimates_the_kth_score() -> None:
+    """The kernel guesses the k-th score from the first 16,384 rows: here they hold every high
+    scorer, so fewer than k rows reach the guess and the query is summed again without one."""
+    corpus = [["a", "a", "a"]] * 400 + [["a", "b", "c"]] * 39_600
+    assert_same_top(corpus, [["a"], ["a", "b"]], Params("plus"), k=500)
+    got = ours(corpus, [["a"]], Params("plus"), k=500)
+    assert got.rows[0].tolist() == list(range(500))  # tf 3 first, then tf 1 by row
+
+
 def test_identical_documents_rank_by_row() -> None:
     corpus = [["same", "words"]] * 100 + [["other"]]
     got = ours(corpus, [["words"]], Params("plus"), k=5)
