@@ -171,12 +171,17 @@ def run(
 
 def _run_with_prefect(flow: str, config: Path | None, artifacts: str, selection: Selection) -> RunResult:
     local_server.use_running_server()  # `irforge server start`'s, before Prefect reads its settings
-    from flows.ephemeral import guard_temporary_server  # noqa: PLC0415 -- imports Prefect
-    from flows.run import irforge_flow  # noqa: PLC0415 -- Prefect is slow to import: only `run` needs it
+    from prefect.settings import PREFECT_API_URL  # noqa: PLC0415 -- Prefect is slow to import: only `run` needs it
+
+    from flows.run import irforge_flow  # noqa: PLC0415
 
     if not _debug():
         _quiet_prefect_on_user_errors()
-    guard_temporary_server()
+    if not PREFECT_API_URL.value():  # no server named (environment or Prefect profile)
+        # Prefect's server code (FastAPI, SQLAlchemy: seconds) is imported only to start one.
+        from flows.ephemeral import guard_temporary_server  # noqa: PLC0415
+
+        guard_temporary_server()
     result: RunResult = irforge_flow(
         flow=flow,
         config=str(config) if config else None,

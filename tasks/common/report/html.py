@@ -117,7 +117,8 @@ def _body(source: str) -> Template:
 def render_report(report: RunReport, figures_dir: Path | None = None) -> str:
     """The report as one HTML page (a string); figures drawn before are read from
     ``figures_dir`` when given (:mod:`tasks.common.report.figure_cache`)."""
-    times = [(s.name, s.record.wall_s or 0.0) for s in report.stages]
+    # To the figure's label precision: a reused run's look-ups (milliseconds) draw one figure.
+    times = [(s.name, round(s.record.wall_s or 0.0, 2)) for s in report.stages]
     run = run_material(report)
     figures = {
         s.id: _markup(cached_svg(figures_dir, run + s.id.encode(), s.figure, report.data.get(s.id)))
