@@ -1,6 +1,6 @@
 """Benchmark: the crossgenre candidates (BM25+† top 500, paper 003 §3.1) at the paper's size, with peers.
 
-    .venv/bin/python bench/bench_crossgenre_bm25.py [--n 222000] [--queries 5034] [--rank-bm25-queries 20]
+    .venv/bin/python bench/bench_crossgenre_bm25.py [--n 222000] [--queries 5034] [--rank-bm25-queries 20] [--rounds 3]
 
 Corpus (deterministic, ``--seed``): ``--n`` abstracts resampled word by word from the real
 MEDLINE records of ``data/crossgenre/medline`` (1,085 abstracts): each copies the length of
@@ -11,16 +11,21 @@ Each of ``--queries`` headlines "cites" one abstract: 6-14 words, half drawn fro
 abstract, half from the real titles' words, capitalised as a headline; every 50th carries
 an abbreviation of the dictionary (``BP``, ``MS``, ``ICU``) so the expansion step runs.
 
-Timed, in one process (``--threads``, default: every CPU): our preprocessing
-(:mod:`tasks.crossgenre.preprocess`, ``pre`` and ``plain``), the index build and the search of
+Timed, in one process: our preprocessing (:mod:`tasks.crossgenre.preprocess`, ``pre`` and
+``plain``, ``--threads``), the index build and the search of
 :class:`tasks.common.search.bm25_rank.RankBm25` for each variant (BM25+† = ``plus`` on ``pre``
 terms; ``plus`` and ``okapi`` on ``plain`` terms), top ``--k``; peak memory (``ru_maxrss``)
-after ours. Peers on the same ``pre`` terms: **rank_bm25** ``BM25Plus`` (the paper's tool:
-index, then ``get_scores`` + a sort per headline, on ``--rank-bm25-queries`` headlines only,
-extrapolated to all; our top ``--k`` must be identical on them) and **bm25s**
-``method="bm25+"`` with ``delta=0`` (numba backend): bm25s adds BM25+'s delta only for
-terms a document holds, rank_bm25 for every query term whatever the document, so delta
-never changes rank_bm25's order and bm25s matches it only with delta 0). Results go to
+after ours. Peers on the same ``pre`` terms: **bm25s** ``method="bm25+"`` with ``delta=0``
+(numba backend; bm25s adds BM25+'s delta only for terms a document holds, rank_bm25 for every
+query term whatever the document, so delta never changes rank_bm25's order and bm25s
+matches it only with delta 0): our BM25+† search and bm25s' ``retrieve`` are timed
+interleaved (:func:`bench.common.interleaved`: each called once cold, compiling included,
+then ``--rounds`` warm rounds, round-robin), on 1 thread and on all cores, the same number on
+both sides (:func:`bench.common.same_threads` pins numba's; ours gets it as ``threads``,
+bm25s as ``n_threads``); ratio = bm25s' seconds / ours per round, median (min–max).
+**rank_bm25** ``BM25Plus`` (the paper's tool: index, then ``get_scores`` + a sort per
+headline, on ``--rank-bm25-queries`` headlines only, extrapolated to all) is the identity
+oracle: our top ``--k`` must be identical on them. Results go to
 ``bench/results/crossgenre_bm25.json``.
 """
 
@@ -71,10 +76,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--queries", type=int, default=5034, help="headlines (the paper: 5,034)")
     parser.add_argument("--k", type=int, default=500)
     parser.add_argument("--rank-bm25-queries", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
-        "--repeat", type=int, default=3, help="search timings: best of this many (shared CPUs)"
+        "--threads", type=int, default=common.all_cores(), help="all cores: the second comparison"
     )
+    parser.add_argument("--rounds", type=int, default=3, help="warm rounds of each timing (interleaved)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-peers", action="store_true")
     return common.parse_with_out(parser, argv, common.results_file("crossgenre_bm25"))
@@ -134,7 +139,7 @@ def synthesise(n: int, queries: int, seed: int) -> tuple[list[str], list[str], l
 
 
 def run_ours(
-    texts: pa.Array, headlines: list[str], k: int, threads: int, repeat: int, console: Console
+    texts: pa.Array, headlines: list[str], k: int, threads: int, rounds: int, console: Console
 ) -> dict[str, Any]:
     """Preprocessing, build and search per variant; every figure, and each variant's ranking."""
     out: dict[str, Any] = {"variants": {}}
@@ -158,7 +163,7 @@ def run_ours(
     out["expansions"] = {e.abbreviation: e.long_form for e in plan}
     for name, (kind, analysis) in VARIANTS.items():
         out["variants"][name] = run_variant(
-            corpora[analysis], headlines, analysis, Params(kind), plan, k, (threads, repeat)
+            corpora[analysis], headlines, analysis, Params(kind), plan, k, (threads, rounds)
         )
         v = out["variants"][name]
         console.print(
@@ -178,19 +183,21 @@ def run_variant(
     k: int,
     threads_repeat: tuple[int, int],
 ) -> dict[str, Any]:
-    """One variant: its index built once, its search timed as the best of ``repeat`` runs."""
-    threads, repeat = threads_repeat
+    """One variant: its index built once, its search timed as the best of ``rounds`` runs (the
+    comparison with bm25s is :func:`run_bm25s`'s)."""
+    threads, rounds = threads_repeat
     q_terms, q_starts = encode_queries(
         pp.analyse_queries(headlines, analysis, pp.expansion_words(plan)), corpus.index
     )
     build = functools.partial(RankBm25.build, corpus.tokens, corpus.starts, len(corpus.terms), params)
     index, t_build = common.timed(build)
-    ranking, t_search = common.best_of(repeat, functools.partial(index.search, q_terms, q_starts, k, threads))
+    ranking, t_search = common.best_of(rounds, functools.partial(index.search, q_terms, q_starts, k, threads))
     return {
         "build_s": t_build,
         "search_s": t_search,
         "qps": len(headlines) / t_search,
-        "postings": int(index.matrix.indptr[-1]),
+        "postings": int(index.indptr[-1]),
+        "index": index,
         "ranking": ranking,
         "q_terms": q_terms,
         "q_starts": q_starts,
@@ -233,10 +240,9 @@ def run_rank_bm25(docs: list[list[str]], ours: dict[str, Any], sample: int, k: i
 
 
 def run_bm25s(
-    docs: list[list[str]], ours: dict[str, Any], threads_repeat: tuple[int, int], k: int
+    docs: list[list[str]], ours: dict[str, Any], threads: Sequence[int], rounds: int, k: int
 ) -> dict[str, Any]:
-    """bm25s on our ``pre`` term ids (its numba backend, warmed up); search: best of ``repeat``."""
-    threads, repeat = threads_repeat
+    """bm25s on our ``pre`` terms against our BM25+† search, interleaved, per thread count."""
     corpus: pp.Tokenised = ours["corpora"]["pre"]
     vocab = {t: i for i, t in enumerate(corpus.terms)}
     ids = [[vocab[w] for w in d] for d in docs]
@@ -245,30 +251,39 @@ def run_bm25s(
         lambda: retriever.index(bm25s.tokenization.Tokenized(ids=ids, vocab=vocab), show_progress=False)
     )
     v = ours["variants"]["plus_pre"]
+    index: RankBm25 = v["index"]
     queries = [
         [int(t) for t in v["q_terms"][a:b] if t >= 0]
+        or [0]  # bm25s needs a token (term 0 stands in; not in the overlap)
         for a, b in zip(v["q_starts"][:-1], v["q_starts"][1:], strict=True)
     ]
-    queries = [q or [0] for q in queries]
     tokenized = bm25s.tokenization.Tokenized(ids=queries, vocab=vocab)
-    retriever.retrieve(
-        bm25s.tokenization.Tokenized(ids=queries[:50], vocab=vocab),
-        k=k,
-        show_progress=False,
-        n_threads=threads,
-    )
-    result, t_search = common.best_of(
-        repeat, lambda: retriever.retrieve(tokenized, k=k, show_progress=False, n_threads=threads)
-    )
-    ranking: Ranking = v["ranking"]
+    out: dict[str, Any] = {"index_s": t_index, "ours_build_s": v["build_s"], "by_threads": {}}
+    for n in dict.fromkeys(threads):
+        with common.same_threads(n):
+            timings = common.interleaved(
+                {
+                    "ours": functools.partial(index.search, v["q_terms"], v["q_starts"], k, n),
+                    "bm25s": functools.partial(
+                        retriever.retrieve, tokenized, k=k, show_progress=False, n_threads=n
+                    ),
+                },
+                rounds,
+            )
+        cold = timings.cold["bm25s"] / timings.cold["ours"] if timings.cold.get("ours") else None
+        out["by_threads"][str(n)] = {
+            "timings": timings.summary(),
+            "warm_ratio": common.ratio_summary(timings.warm["bm25s"], timings.warm["ours"]),
+            "cold_ratio": cold,
+            "ours_qps": len(queries) / timings.median("ours"),
+            "bm25s_qps": len(queries) / timings.median("bm25s"),
+        }
+    result = timings.results["bm25s"]
+    ranking: Ranking = timings.results["ours"]
     shares = [len(set(result.documents[q].tolist()) & set(ranking.rows[q, : ranking.counts[q]].tolist())) / max(1, ranking.counts[q])
               for q in range(len(queries)) if ranking.counts[q] >= k]  # fmt: skip
-    return {
-        "index_s": t_index,
-        "search_s": t_search,
-        "qps": len(queries) / t_search,
-        "overlap_at_k": float(np.mean(shares)),
-    }
+    out["overlap_at_k"] = float(np.mean(shares)) if shares else None
+    return out
 
 
 def recall(ranking: Ranking, cited: list[int], ks: Sequence[int]) -> dict[int, float]:
@@ -296,8 +311,14 @@ def report(console: Console, result: dict[str, Any]) -> None:
                       f"{r['identical_top']}/{r['sample']} identical")  # fmt: skip
     if "bm25s" in peers:
         b = peers["bm25s"]
-        table.add_row("bm25s bm25+ delta 0 (numba)", f"{b['index_s']:.1f}", f"{b['search_s']:.1f}", f"{b['qps']:,.0f}",
-                      f"{b['search_s'] / best['search_s']:.1f}x", f"top-{k} overlap {b['overlap_at_k']:.1%}")  # fmt: skip
+        for n, row in b["by_threads"].items():
+            t = row["timings"]
+            table.add_row(f"bm25s bm25+ delta 0 (numba), {n} thread(s)", f"{b['index_s']:.1f}",
+                          f"{t['bm25s']['median_s']:.2f}", f"{row['bm25s_qps']:,.0f}", "", "")  # fmt: skip
+            table.add_row(f"  ours BM25+†, same {n} thread(s), interleaved", f"{b['ours_build_s']:.1f}",
+                          f"{t['ours']['median_s']:.2f}", f"{row['ours_qps']:,.0f}",
+                          f"{row['warm_ratio']['text']} warm, {row['cold_ratio']:.2f}× cold",
+                          f"top-{k} overlap {b['overlap_at_k']:.1%}")  # fmt: skip
     console.print(table)
     memory = f"peak RSS after ours {ours['peak_rss_mb']:,.0f} MB, at the end {result['peak_rss_mb']:,.0f} MB"
     recall = ", ".join(f"@{k} {v:.3f}" for k, v in result["recall"].items())
@@ -316,21 +337,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     del abstracts
     console.print(f"synthesised {len(texts):,} abstracts and {len(headlines):,} headlines in {t_make:.0f} s; "
                   f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
-    ours = run_ours(texts, headlines, args.k, args.threads, args.repeat, console)
+    ours = run_ours(texts, headlines, args.k, args.threads, args.rounds, console)
     result: dict[str, Any] = {"n": len(texts), "queries": len(headlines), "k": args.k, "cpus": os.cpu_count(),
-                              "threads": args.threads, "load_average_start": os.getloadavg()}  # fmt: skip
+                              "threads": args.threads, "rounds": args.rounds,
+                              "load_average_start": os.getloadavg()}  # fmt: skip
     result["recall"] = recall(ours["variants"]["plus_pre"]["ranking"], cited, (1, 5, 20, 100, 500))
     if not args.skip_peers:
         docs = terms_lists(ours["corpora"]["pre"])
-        result["peers"] = {"bm25s": run_bm25s(docs, ours, (args.threads, args.repeat), args.k)}
-        console.print(f"bm25s: {result['peers']['bm25s']}")
+        result["peers"] = {"bm25s": run_bm25s(docs, ours, (1, args.threads), args.rounds, args.k)}
+        for n, row in result["peers"]["bm25s"]["by_threads"].items():
+            console.print(
+                f"bm25s / ours, {n} thread(s): {row['warm_ratio']['text']} warm, {row['cold_ratio']:.2f}x cold"
+            )
         result["peers"]["rank_bm25"] = run_rank_bm25(docs, ours, args.rank_bm25_queries, args.k)
     result["peak_rss_mb"] = peak_rss_mb()
     result["ours"] = ours
     result["load_average_end"] = os.getloadavg()
     report(console, result)
     for v in ours["variants"].values():
-        for key in ("ranking", "q_terms", "q_starts"):
+        for key in ("index", "ranking", "q_terms", "q_starts"):
             v.pop(key)
     ours.pop("corpora")
     result["environment"] = common.environment(
