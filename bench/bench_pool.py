@@ -2,21 +2,16 @@
 
     .venv/bin/python bench/bench_pool.py [--pairs 160] [--batch-size 32] [--rounds 3] [--gpu-pairs 20000]
 
-Pairs (deterministic, ``--seed``): passages are runs of sentences of the shared sample
-articles, reviews and HTML pages, cut to a length drawn from a gamma distribution with a
-mean of 77 words (CURE's mean passage length), 20-250 words; each query is a fragment of
-8-16 words (mean 12) of one sentence, of its own passage for half of the pairs and of
-another passage for the rest. Without the shared samples, synthetic word sequences with the
-same length distributions are used (and the JSON says so).
+Pairs (``--seed``): passages are runs of the shared samples' sentences, 20-250 words (gamma,
+mean 77: CURE's); a query is 8-16 words of one sentence of its own passage (half) or another's.
+Without the samples, synthetic words of the same lengths (the JSON says so).
 
-CPU (always): the builtin cross-encoder (``builtin:minilm-l6-cross-encoder``, 23M parameters,
-random head) scores the same pairs through
+CPU: the builtin cross-encoder (``builtin:minilm-l6-cross-encoder``, 23M, random head) scores
 
 * ours, :class:`tasks.common.rerank.local.CrossEncoderReranker`: exact token counts, pairs sorted
   longest first, batches of ``--batch-size`` in that order, raw logits back in input order;
-* the named peer, plain ``sentence_transformers.CrossEncoder.predict`` on the pairs in input
-  order with the same ``batch_size`` and an identity activation (sentence-transformers 6
-  sorts each call's pairs by character length itself, so this peer is not naive).
+* the peer, plain ``sentence_transformers.CrossEncoder.predict`` in input order, same
+  ``batch_size``, identity activation (it sorts by character length itself: not naive).
 
 Interleaved (``bench.common.interleaved``: a cold call each, then ``--rounds`` rounds, order
 rotated), on one thread each and then on every core (torch, BLAS and numba threads pinned
@@ -24,15 +19,13 @@ alike). The ratio peer / ours seconds, median (min–max), is printed, with both
 difference (a sanity check: float rounding only) and the padding each batching implies
 (padded tokens / real tokens, from the tokenizer, machine-independent).
 
-GPU (when torch sees CUDA, unless ``--skip-gpu``): a model with the production reranker's
-size (gte-multilingual-reranker-base: 768 hidden, 12 layers, 250k vocabulary, 8192
-positions; a ``BertForSequenceClassification`` with **random weights**, and the MiniLM
-tokenizer, since no multilingual tokenizer is available offline) scores ``--gpu-pairs``
-pairs in bf16 autocast through ours (with ``--gpu-max-batch-tokens``) and through the peer.
-The fraction of the GPU's dense bf16 peak is estimated from 2 x parameters x real tokens
-(attention's own FLOPs left out), with all parameters (as often quoted) and with the
-non-embedding ones (embeddings are lookups, not matmuls: the meaningful figure). Peaks: H100
-SXM and H200 989 TFLOPS, H100 PCIe 756, A100 312; any other GPU reports "unknown".
+GPU (when torch sees CUDA, unless ``--skip-gpu``): a random-weight ``BertForSequenceClassification``
+of the production reranker's size (gte-multilingual-reranker-base: 768 hidden, 12 layers, 250k
+vocabulary, 8192 positions; the MiniLM tokenizer, none multilingual being available offline)
+scores ``--gpu-pairs`` pairs in bf16 autocast through ours (``--gpu-max-batch-tokens``) and the
+peer; the share of the GPU's dense bf16 peak comes from 2 x parameters x real tokens, with all
+parameters and with the non-embedding ones (embeddings are lookups). Peaks: H100 SXM and H200
+989 TFLOPS, H100 PCIe 756, A100 312; any other GPU: "unknown".
 
 Results go to ``bench/results/pool.json``.
 """
@@ -109,6 +102,13 @@ def build_pairs(n: int, rng: random.Random) -> tuple[list[str], list[str], str]:
 # -- padding accounting -----------------------------------------------------------------------
 
 
+def synced(out: np.ndarray) -> np.ndarray:
+    """``out``, once the GPU (if any) has finished: what a timing must wait for."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return out
+
+
 def padding_ratio(lengths: np.ndarray, order: np.ndarray, sizes: Sequence[int]) -> float:
     """Padded tokens / real tokens when batches of ``sizes`` are cut from ``order``."""
     padded, at = 0, 0
@@ -153,29 +153,19 @@ def compare(
     timings, logits' largest difference and the padding each batching implies."""
     pairs = list(zip(queries, passages, strict=True))
 
-    def run_peer(subset: list[tuple[str, str]]) -> np.ndarray:
+    def run_peer() -> np.ndarray:
         with torch.autocast(peer.device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
             out = peer.predict(
-                subset, batch_size=batch_size, activation_fn=torch.nn.Identity(), show_progress_bar=False
+                pairs, batch_size=batch_size, activation_fn=torch.nn.Identity(), show_progress_bar=False
             )
-        return np.asarray(out, dtype=np.float64)
+        return synced(np.asarray(out, dtype=np.float64))
 
     def run_ours() -> np.ndarray:
-        out = np.asarray(ours.score(queries, passages).logit, dtype=np.float64)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        return out
-
-    def run_peer_all() -> np.ndarray:
-        out = run_peer(pairs)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        return out
+        return synced(np.asarray(ours.score(queries, passages).logit, dtype=np.float64))
 
     # The cold call of each (kernels, allocator, tokenizer caches) is apart; then interleaved rounds.
-    timings = common.interleaved({"ours": run_ours, "peer": run_peer_all}, rounds)
+    timings = common.interleaved({"ours": run_ours, "peer": run_peer}, rounds)
     ours_logits, peer_logits = timings.results["ours"], timings.results["peer"]
-    ours_m, peer_m = timings.median("ours"), timings.median("peer")
     lengths = ours.token_lengths(queries, passages)
     ours_order = np.argsort(-lengths, kind="stable")
     peer_order = np.argsort([-(len(q) + len(p)) for q, p in pairs], kind="stable")  # by characters
@@ -184,10 +174,10 @@ def compare(
         "pairs": len(pairs),
         "timings": timings.summary(),
         "_timings": timings,
-        "ours_s": ours_m,
-        "peer_s": peer_m,
-        "ours_pairs_per_s": len(pairs) / ours_m,
-        "peer_pairs_per_s": len(pairs) / peer_m,
+        "ours_s": timings.median("ours"),
+        "peer_s": timings.median("peer"),
+        "ours_pairs_per_s": len(pairs) / timings.median("ours"),
+        "peer_pairs_per_s": len(pairs) / timings.median("peer"),
         "ratio": timings.ratio("peer", "ours"),
         "max_abs_logit_diff": float(np.abs(ours_logits - peer_logits).max()),
         "real_tokens": int(lengths.sum()),
