@@ -119,23 +119,31 @@ def _guess_py(acc: F64, sample: int, scale: float, hist: I64, want: int) -> floa
 
 def _scan_py(acc: F64, floor: float, rows: I32, scores: F64) -> int:
     """Rows scoring at least ``floor`` (> 0) into ``rows``/``scores``, how many; ``acc`` reset to 0.
-    Rows are counted :data:`LANES` at a time (a loop the compiler vectorises); the few groups
-    holding one are read again."""
+    Rows are counted :data:`LANES` at a time (a fixed-length loop the compiler vectorises); the
+    few groups holding one are read again."""
     n = acc.shape[0]
     whole = n - n % LANES
     nc = 0
-    for base in range(0, n, LANES):
-        end = base + LANES if base < whole else n
+    for base in range(0, whole, LANES):
         hits = 0
-        for d in range(base, end):
+        for d in range(base, base + LANES):
             hits += acc[d] >= floor
         if hits:
-            for d in range(base, end):
-                if acc[d] >= floor:
-                    rows[nc] = d
-                    scores[nc] = acc[d]
-                    nc += 1
-    acc[:] = 0.0
+            nc = _take(acc, base, base + LANES, floor, rows, scores, nc)
+        for d in range(base, base + LANES):  # while the group is in L1 (a fill after: a pass more)
+            acc[d] = 0.0
+    nc = _take(acc, whole, n, floor, rows, scores, nc)
+    acc[whole:] = 0.0
+    return nc
+
+
+def _take_py(acc: F64, lo: int, hi: int, floor: float, rows: I32, scores: F64, nc: int) -> int:
+    """Append rows ``lo:hi`` scoring at least ``floor`` to ``rows``/``scores`` from ``nc``; the new count."""
+    for d in range(lo, hi):
+        if acc[d] >= floor:
+            rows[nc] = d
+            scores[nc] = acc[d]
+            nc += 1
     return nc
 
 
@@ -233,6 +241,7 @@ _term_weight = compiled(_term_weight_py)
 _query_terms = compiled(_query_terms_py)
 _accumulate = compiled(_accumulate_py)
 _guess = compiled(_guess_py)
+_take = compiled(_take_py)
 _scan = compiled(_scan_py)
 _near_top = compiled(_near_top_py)
 _ranked = compiled(_ranked_py)
