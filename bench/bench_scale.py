@@ -273,12 +273,17 @@ def startup(bench: Bench, kinds: Sequence[str], cores: int, console: Console) ->
 
 def compare(bench: Bench, name: str, runners: dict[str, Any], cores: int) -> dict[str, Any]:
     """Stage ``name`` on each runner, interleaved; per runner its timings, chunks and Σprocess_s."""
-    timings = common.interleaved({k: functools.partial(bench.stage, name, r) for k, r in runners.items()},
-                                 bench.args.rounds)  # fmt: skip
+
+    def run(runner: ChunkRunner) -> tuple[int, float]:  # read now: the next run replaces the manifest
+        manifest = bench.stage(name, runner).manifest
+        return manifest["chunks"]["total"], float(manifest["process_s"])
+
+    timings = common.interleaved(
+        {k: functools.partial(run, r) for k, r in runners.items()}, bench.args.rounds
+    )
     out: dict[str, Any] = {"timings": timings.summary(), "chunks": {}, "process_s": {}}
-    for kind, outcome in timings.results.items():
-        out["chunks"][kind] = outcome.manifest["chunks"]["total"]
-        out["process_s"][kind] = float(outcome.manifest["process_s"])
+    for kind, (chunks, process_s) in timings.results.items():
+        out["chunks"][kind], out["process_s"][kind] = chunks, process_s
     for kind in runners:
         if name == "empty":  # wall / chunks; the peers' seconds over ours
             per = [1000 * s / out["chunks"][kind] for s in timings.warm[kind]]

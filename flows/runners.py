@@ -191,10 +191,13 @@ def _start_worker(env: dict[str, str], settings: dict[str, Any]) -> None:
 
 class _PoolTaskRunner(ProcessPoolTaskRunner):
     """Prefect's process pool, its workers holding the driver's settings from the start
-    (:func:`_start_worker`): the context each task run gets leaves them out. Prefect serializes
-    that context once for the runner's life (``_cached_context``, prefect/task_runners.py), so a
-    worker's settings are the ones each task run would have rebuilt; should a Prefect release
-    drop that attribute, every task run gets its settings again (slower, the same)."""
+    (:func:`_start_worker`): the context each task run gets leaves them out.
+
+    Prefect serializes that context once for the runner's life (``_cached_context``,
+    prefect/task_runners.py), the stage task run that submitted first included: every later
+    stage's chunks would show under it. Here it is serialized again whenever another task run
+    submits (once a stage, not once a chunk). Should a Prefect release drop that attribute,
+    every task run gets its settings and context again (slower, the same)."""
 
     def __init__(self, workers: int, env: dict[str, str]) -> None:
         from prefect.context import SettingsContext  # noqa: PLC0415
@@ -202,17 +205,23 @@ class _PoolTaskRunner(ProcessPoolTaskRunner):
         current = SettingsContext.get()
         settings = current.serialize() if current else {}
         super().__init__(workers, initializer=_start_worker, initargs=(env, settings))
+        self._context_lock = threading.Lock()  # stages submit from threads of their own
+        self._context_of: object = None
 
     def submit(self, task: Any, parameters: dict[str, Any], *more: Any, **named: Any) -> Any:
-        if getattr(self, "_cached_context", False) is None:
-            from prefect.context import serialize_context  # noqa: PLC0415
-            from prefect.settings import get_current_settings  # noqa: PLC0415
+        if not hasattr(self, "_cached_context"):
+            return super().submit(task, parameters, *more, **named)
+        from prefect.context import TaskRunContext, serialize_context  # noqa: PLC0415
+        from prefect.settings import get_current_settings  # noqa: PLC0415
 
-            self._cached_context = serialize_context() | {"settings_context": {}}
-            self._cached_env = (
-                get_current_settings().to_environment_variables(exclude_unset=True) | os.environ
-            )
-        return super().submit(task, parameters, *more, **named)
+        submitter = TaskRunContext.get()
+        key = submitter.task_run.id if submitter else None
+        with self._context_lock:
+            if self._cached_context is None or key != self._context_of:
+                self._cached_context = serialize_context() | {"settings_context": {}}
+                settings = get_current_settings().to_environment_variables(exclude_unset=True)
+                self._cached_env, self._context_of = settings | os.environ, key
+            return super().submit(task, parameters, *more, **named)
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")

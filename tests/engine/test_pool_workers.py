@@ -51,23 +51,56 @@ def _nothing() -> None:
     return None
 
 
-def test_each_chunk_is_still_a_task_run_on_the_server(pool: PrefectChunkRunner) -> None:
+def _task_runs(names: list[str]) -> list[Any]:
+    """The completed task runs of these names on the server (it records them from events, a
+    moment after they ran)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
 
-    stage = f"probe{uuid.uuid4().hex[:8]}"
-    assert [i for i, _ in pool.run(_calls(_nothing, 3, stage), CPU)] != []
-    names = [f"pool.{stage}[{i}]" for i in range(3)]
     found: list[Any] = []
-    deadline = time.monotonic() + 30  # the server records task runs from events, a moment later
+    deadline = time.monotonic() + 30
     with get_client(sync_client=True) as client:
         while time.monotonic() < deadline:
             found = client.read_task_runs(task_run_filter=TaskRunFilter(name=TaskRunFilterName(any_=names)))
-            if len(found) == 3 and all(r.state and r.state.is_completed() for r in found):
+            if len(found) == len(names) and all(r.state and r.state.is_completed() for r in found):
                 break
             time.sleep(0.5)
-    assert sorted(r.name for r in found) == names
+    return sorted(found, key=lambda r: str(r.name))
+
+
+def test_each_chunk_is_still_a_task_run_on_the_server(pool: PrefectChunkRunner) -> None:
+    stage = f"probe{uuid.uuid4().hex[:8]}"
+    assert [i for i, _ in pool.run(_calls(_nothing, 3, stage), CPU)] != []
+    found = _task_runs([f"pool.{stage}[{i}]" for i in range(3)])
+    assert [r.name for r in found] == [f"pool.{stage}[{i}]" for i in range(3)]
     assert all(r.state is not None and r.state.is_completed() for r in found)
+
+
+POOL: list[PrefectChunkRunner] = []  # the module's pool, for the stage task below
+
+
+def _stage(stage: str) -> None:
+    """A stage task run submitting two chunks, as flows/run.py's ``stage`` task does."""
+    assert len(list(POOL[0].run(_calls(_nothing, 2, stage), CPU))) == 2
+
+
+def test_each_stages_chunks_show_under_that_stage(pool: PrefectChunkRunner) -> None:
+    """Prefect serializes the submitting context once a runner: chunks of a later stage would
+    name the first stage's task run as their parent."""
+    from prefect import task
+    from prefect.cache_policies import NO_CACHE
+
+    POOL[:] = [pool]
+    stage_task = task(name="stage", cache_policy=NO_CACHE, persist_result=False)(_stage)
+    tag = uuid.uuid4().hex[:8]
+    parents = {}
+    for stage in (f"a{tag}", f"b{tag}"):
+        state = stage_task(stage, return_state=True)
+        parents[stage] = state.state_details.task_run_id
+    for stage, parent in parents.items():
+        found = _task_runs([f"pool.{stage}[{i}]" for i in range(2)])
+        assert len(found) == 2
+        assert all({p.id for p in r.task_inputs["__parents__"]} == {parent} for r in found), stage
 
 
 def test_a_prestarted_pool_has_its_workers_before_the_first_chunk() -> None:
