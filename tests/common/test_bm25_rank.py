@@ -110,7 +110,7 @@ def test_few_words_many_ties_and_repeats() -> None:
 
 
 def test_a_sample_that_overestimates_the_kth_score() -> None:
-    """The kernel guesses the k-th score from the first 16,384 rows: here they hold every high
+    """The kernel guesses the k-th score from the first 8,192 rows: here they hold every high
     scorer, so fewer than k rows reach the guess and the query is summed again without one."""
     corpus = [["a", "a", "a"]] * 400 + [["a", "b", "c"]] * 39_600
     assert_same_top(corpus, [["a"], ["a", "b"]], Params("plus"), k=500)

@@ -56,7 +56,7 @@ F64 = npt.NDArray[np.float64]
 Variant = Literal["okapi", "plus", "l"]
 _CODES: Mapping[str, int] = {"okapi": rk.OKAPI, "plus": rk.PLUS, "l": rk.L}
 _DELTA: Mapping[str, float] = {"okapi": 0.0, "plus": 1.0, "l": 0.5}  # rank_bm25's defaults
-SLICE = 64  # queries a kernel call: small enough to balance the threads, large enough to pay its setup
+SLICE = 128  # queries a kernel call: small enough to balance the threads, large enough to pay its setup
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ L: Final = 2
 BUCKETS: Final = 4096  # the score histogram that finds the k-th score's neighbourhood
 LANES: Final = 32  # rows a count of the scan
 ABOVE_0: Final = 5e-324  # the least positive float64: ``v >= ABOVE_0`` is ``v > 0``
-SAMPLE: Final = 16384  # rows (at least) whose scores guess the k-th score before the scan
+SAMPLE: Final = 8192  # rows (at least) whose scores guess the k-th score before the scan
 
 
 def _term_weight_py(variant: int, idf: float, tf: float, norm: float, k1: float, delta: float) -> float:
@@ -220,7 +220,7 @@ def _top_k_py(
     rows = np.empty(n, dtype=np.int32)
     scores = np.empty(n, dtype=np.float64)
     hist = np.zeros(BUCKETS, dtype=np.int64)
-    sample = min(n, max(SAMPLE, n // 16))
+    sample = min(n, max(SAMPLE, n // 32))
     want = (3 * k * sample + 2 * n - 1) // (2 * n) + 8  # ~1.5 k rows expected at or above the guess
     for q in range(lo, hi):
         terms, mult = _query_terms(q_terms[q_starts[q] : q_starts[q + 1]], idf)
