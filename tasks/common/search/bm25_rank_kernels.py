@@ -130,7 +130,7 @@ def _scan_py(acc: F64, floor: float, rows: I32, scores: F64) -> int:
             hits += acc[d] >= floor
         if hits:
             nc = _take(acc, base, base + LANES, floor, rows, scores, nc)
-        for d in range(base, base + LANES):  # while the group is in L1 (a fill after: a pass more)
+        for d in range(base, base + LANES):  # while the group is in L1 (a fill afterwards: one more pass)
             acc[d] = 0.0
     nc = _take(acc, whole, n, floor, rows, scores, nc)
     acc[whole:] = 0.0
@@ -241,7 +241,7 @@ _term_weight = compiled(_term_weight_py)
 _query_terms = compiled(_query_terms_py)
 _accumulate = compiled(_accumulate_py)
 _guess = compiled(_guess_py)
-_take = compiled(_take_py)
+_take: Callable[..., int] = compiled(_take_py)
 _scan = compiled(_scan_py)
 _near_top = compiled(_near_top_py)
 _ranked = compiled(_ranked_py)
