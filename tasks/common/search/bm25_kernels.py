@@ -193,8 +193,7 @@ class Bm25Matrix:
     @classmethod
     def from_postings(cls, indptr: I64, docs: I32, weights: F32, n: int) -> Bm25Matrix:
         """From postings of any positive per-term weights (``n`` passages): the upper bounds and
-        dense rows :func:`search` prunes with (``tasks/common/search/bm25_rank.py`` builds
-        rank_bm25's weights this way)."""
+        dense rows :func:`search` prunes with."""
         df = np.diff(indptr)
         frequent = np.flatnonzero(df * DENSE >= max(n, 1))
         dense_slot = np.full(len(df), -1, dtype=np.int32)

@@ -6,14 +6,19 @@
   https://github.com/xhluca/bm25s, ``scoring.py``, in float64 instead of float32).
 * :data:`top_k`: a slice of queries. Per query, term at a time over its distinct known terms
   in ascending id order (a repeated token: its weight times its count), ``acc[d] += count *
-  weight`` into a dense float64 accumulator per thread, the rows touched kept in a list
-  (reset through it, not by clearing all rows). So a document's score is the same sum in
-  the same order whatever the batch. Then the rows scoring above 0 (a row holding no query
-  term scores 0; one holding only non-positive-idf terms at most 0), a histogram of their
-  scores to find the bucket of the ``k``-th, and only the rows from that bucket up sorted by
-  (score descending, id rank ascending). Every posting of the query is read: measured
-  faster here than MaxScore pruning, whose bookkeeping cost more than the postings it
-  skipped at ``k`` = 500 (``bench/bench_crossgenre_bm25.py``).
+  weight`` into a dense float64 accumulator per thread. So a document's score is the same
+  sum in the same order whatever the batch (and the bits the former MaxScore + rescoring
+  search gave). Then the ``k``-th score is guessed from the first :data:`SAMPLE` rows (a
+  histogram of their scores: the score about ``1.5 k x sample / n`` of them reach), one scan
+  of the accumulator, :data:`LANES` rows counted at a time, keeps the rows at or above it
+  and resets the rest; if fewer than ``k`` reach it while some rows were left out, the query
+  is summed again and every row above 0 kept. A row holding no query term scores 0 (one
+  holding only non-positive-idf terms at most 0) and is never kept. Last, a histogram of the
+  kept rows' scores finds the ``k``-th's bucket, and only the rows from it up are sorted by
+  (score descending, id rank ascending). Every posting of the query is read: the MaxScore
+  pruning this replaced read ~40 % of them in full at ``k`` = 500, but its bookkeeping cost more
+  (``bench/bench_crossgenre_bm25.py``); so did a list of the rows touched, and summing in
+  L2-sized row blocks did not pay.
 """
 
 from __future__ import annotations
