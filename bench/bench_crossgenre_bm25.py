@@ -19,8 +19,10 @@ after ours. Peers on the same ``pre`` terms: **bm25s** ``method="bm25+"`` with `
 (numba backend; bm25s adds BM25+'s delta only for terms a document holds, rank_bm25 for every
 query term whatever the document, so delta never changes rank_bm25's order and bm25s
 matches it only with delta 0): our BM25+† search and bm25s' ``retrieve`` are timed
-interleaved (:func:`bench.common.interleaved`: each called once cold, compiling included,
-then ``--rounds`` warm rounds, round-robin), on 1 thread and on all cores, the same number on
+interleaved (:func:`bench.common.interleaved`: each called once first, "cold": bm25s compiles
+its numba functions there, in every new process and thread count; ours are compiled once per
+install, cached on disk, and ran before, in the variant timings; then ``--rounds`` warm
+rounds, round-robin), on 1 thread and on all cores, the same number on
 both sides (:func:`bench.common.same_threads` pins numba's; ours gets it as ``threads``,
 bm25s as ``n_threads``); ratio = bm25s' seconds / ours per round, median (min–max).
 **rank_bm25** ``BM25Plus`` (the paper's tool: index, then ``get_scores`` + a sort per

@@ -187,6 +187,22 @@ def test_an_index_saved_and_memory_mapped_searches_the_same(tmp_path: Path) -> N
         assert one.scores.tobytes() == two.scores.tobytes() and np.array_equal(one.rows, two.rows)
 
 
+def test_an_index_of_the_former_format_is_refused(tmp_path: Path) -> None:
+    """Format 1 (float32 weights + frequencies, no "format" key) must not load as if it were 2."""
+    import json
+
+    from tasks.common.search import bm25_rank_files
+
+    vocabulary, tokens, starts = encode_documents([["a", "b"], ["b"]])
+    bm25_rank_files.save(RankBm25.build(tokens, starts, len(vocabulary), Params()), tmp_path)
+    params = tmp_path / bm25_rank_files.PARAMS
+    saved = json.loads(params.read_text())
+    del saved["format"]
+    params.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="another format"):
+        bm25_rank_files.load(tmp_path)
+
+
 def test_id_rank_breaks_ties() -> None:
     corpus = [["a"], ["a"], ["a"], ["b"]]
     vocabulary, tokens, starts = encode_documents(corpus)
