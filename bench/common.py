@@ -47,11 +47,11 @@ def parse_with_out(
     return parser.parse_args(argv)
 
 
-def timed(fn: Callable[[], T]) -> tuple[T, float]:
-    """``fn()`` and the seconds it took."""
-    start = time.perf_counter()
+def timed(fn: Callable[[], T], clock: Callable[[], float] = time.perf_counter) -> tuple[T, float]:
+    """``fn()`` and the seconds it took by ``clock`` (wall time unless told)."""
+    start = clock()
     result = fn()
-    return result, time.perf_counter() - start
+    return result, clock() - start
 
 
 def best_of(repeat: int, fn: Callable[[], T]) -> tuple[T, float]:
@@ -93,21 +93,28 @@ class Timings:
         }
 
 
-def interleaved(contenders: dict[str, Callable[[], Any]], rounds: int = 3, *, warmup: bool = True) -> Timings:
+def interleaved(
+    contenders: dict[str, Callable[[], Any]],
+    rounds: int = 3,
+    *,
+    warmup: bool = True,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Timings:
     """Time ``contenders`` on the same machine state: first each called once, in the given order
     (its ``cold`` time, compiling included; skipped when not ``warmup``), then ``rounds`` warm
     rounds calling each once, the order rotated every round so that the machine's drift (a
     neighbour's load, thermal state) falls on every contender alike. Each one's last result is
-    kept in ``results``."""
+    kept in ``results``. ``clock``: wall time by default; ``time.thread_time`` counts only this
+    thread's CPU, steadier on a shared machine, and right only when both sides run in it."""
     names = list(contenders)
     out = Timings(warm={name: [] for name in names})
     if warmup:
         for name in names:
-            out.results[name], out.cold[name] = timed(contenders[name])
+            out.results[name], out.cold[name] = timed(contenders[name], clock)
     for r in range(rounds):
         shift = r % len(names) if names else 0
         for name in names[shift:] + names[:shift]:
-            out.results[name], seconds = timed(contenders[name])
+            out.results[name], seconds = timed(contenders[name], clock)
             out.warm[name].append(seconds)
     return out
 

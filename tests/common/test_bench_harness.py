@@ -74,3 +74,18 @@ def test_same_threads_pins_and_restores_numba() -> None:
         assert n == 1
         assert numba.get_num_threads() == 1
     assert numba.get_num_threads() == before
+
+
+def test_a_cpu_clock_does_not_count_sleeping() -> None:
+    spin_until = 0.02
+
+    def spin() -> None:
+        start = time.thread_time()
+        while time.thread_time() - start < spin_until:
+            pass
+
+    timings = common.interleaved(
+        {"spin": spin, "sleep": lambda: time.sleep(0.05)}, rounds=2, clock=time.thread_time
+    )
+    assert min(timings.warm["spin"]) >= spin_until
+    assert max(timings.warm["sleep"]) < 0.01  # asleep: no CPU time on this thread
