@@ -75,13 +75,13 @@ def rows_per_chunk(configured: int, rows: int, workers: int) -> int:
     """The rows of each chunk of a stage of ``rows`` input rows on ``workers`` workers, given
     ``execution.chunk_rows`` (``configured``).
 
-    Inline (one worker) that is ``configured``. On a pool a chunk costs ~25 ms of Prefect beyond
-    its work (a task run: bench/bench_scale.py's empty chunks), which cheap per-row stages pay on
-    every few hundred rows (CURE's filter: 500 rows, 40 ms of work). So chunks grow, by whole
-    multiples of ``configured``, towards ``rows / (workers × CHUNKS_PER_WORKER)`` (four a worker:
-    the worker finishing last idles a quarter of its share at most), never beyond ``MAX_GROWTH ×
-    configured`` (what a killed run may lose); and fewer rows than a chunk a worker are split in
-    one chunk a worker.
+    Inline (one worker) that is ``configured``. On a pool a chunk costs ~35 ms of Prefect
+    beyond its work (a task run: bench/bench_scale.py's empty chunk on 2 busy cores), which cheap
+    stages pay every few hundred rows (CURE's filter: 500 rows, ~40 ms of work). So chunks grow,
+    by whole multiples of ``configured``, towards ``rows / (workers × CHUNKS_PER_WORKER)`` (four
+    a worker: the worker finishing last idles a quarter of its share at most), never beyond
+    ``MAX_GROWTH × configured`` (what a killed run may lose); and fewer rows than a chunk a
+    worker are split in one chunk a worker.
     """
     if workers <= 1 or rows <= configured:
         return configured
