@@ -118,6 +118,26 @@ def test_a_sample_that_overestimates_the_kth_score() -> None:
     assert got.rows[0].tolist() == list(range(500))  # tf 3 first, then tf 1 by row
 
 
+@pytest.mark.parametrize("variant", ["okapi", "plus", "l"])
+def test_rows_past_the_sample_match_rank_bm25(variant: str) -> None:
+    """More rows than the kernel's 8,192-row sample: the others are kept as their sums reach
+    the guessed floor while the postings are added."""
+    corpus, queries = zipf_corpus(21, docs=12_000, vocabulary=2_000, queries=30)
+    assert_same_top(corpus, queries, Params(variant), k=100)  # type: ignore[arg-type]
+
+
+def test_negative_weights_past_the_sample() -> None:
+    """okapi, a negative mean idf: ``x`` and ``y`` weigh below 0, so a row's sum rises with
+    ``w`` (the lowest id) and then falls; rows are kept on their final sums only."""
+    rng = np.random.default_rng(5)
+    corpus = [["w", "x", "y"]] + [
+        [t for t, p in (("w", 0.03), ("x", 0.9), ("y", 0.8)) if rng.random() < p] for _ in range(11_999)
+    ]
+    oracle = rank_bm25.BM25Okapi(corpus)
+    assert oracle.average_idf < 0
+    assert_same_top(corpus, [["w", "x", "y"], ["w", "x"], ["x"]], Params("okapi"), k=100)
+
+
 def test_identical_documents_rank_by_row() -> None:
     corpus = [["same", "words"]] * 100 + [["other"]]
     got = ours(corpus, [["words"]], Params("plus"), k=5)

@@ -8,17 +8,19 @@
   in ascending id order (a repeated token: its weight times its count), ``acc[d] += count *
   weight`` into a dense float64 accumulator per thread. So a document's score is the same
   sum in the same order whatever the batch (and the bits the former MaxScore + rescoring
-  search gave). Then the ``k``-th score is guessed from the first :data:`SAMPLE` rows (a
-  histogram of their scores: the score about ``1.5 k x sample / n`` of them reach), one scan
-  of the accumulator, :data:`LANES` rows counted at a time, keeps the rows at or above it
-  and resets the rest; if fewer than ``k`` reach it while some rows were left out, the query
-  is summed again and every row above 0 kept. A row holding no query term scores 0 (one
-  holding only non-positive-idf terms at most 0) and is never kept. Last, a histogram of the
+  search gave). The rows of the first :data:`SAMPLE` are summed first, whole: a histogram of
+  their scores guesses the ``k``-th score (the score about ``1.5 k x sample / n`` of them
+  reach), a scan keeps those at or above it (:data:`LANES` rows counted at a time); the
+  other rows' postings are then added checking each new sum, a row kept when it reaches the
+  guess (on its final sum: weights below 0 can take it back under), the accumulator cleared
+  by one fill. If fewer than ``k`` reach the guess, the query is summed again and every row
+  above 0 kept. A row holding no query term scores 0 (one holding only non-positive-idf
+  terms at most 0) and is never kept. Last, a histogram of the
   kept rows' scores finds the ``k``-th's bucket, and only the rows from it up are sorted by
   (score descending, id rank ascending). Every posting of the query is read: the MaxScore
   pruning this replaced read ~40 % of them in full at ``k`` = 500, but its bookkeeping cost more
   (``bench/bench_crossgenre_bm25.py``); so did a list of the rows touched, and summing in
-  L2-sized row blocks did not pay.
+  L2-sized row blocks did not pay; checking each new sum beat a scan of every row after.
 """
 
 from __future__ import annotations
@@ -97,13 +99,58 @@ def _query_terms_py(query: I32, idf: F64) -> tuple[I64, F64]:
     return terms[:m], mult[:m]
 
 
-def _accumulate_py(indptr: I64, docs: I32, weights: F64, terms: I64, mult: F64, acc: F64) -> None:
-    """Add ``mult[i] x`` the postings of each of ``terms`` (ascending) into ``acc``."""
+def _accumulate_py(
+    indptr: I64, docs: I32, weights: F64, terms: I64, mult: F64, cursor: I64, hi: int, acc: F64
+) -> None:
+    """Add ``mult[i] x`` the postings of each of ``terms`` (ascending) of rows below ``hi`` into
+    ``acc``: term ``i``'s from ``cursor[i]`` on, moved past them."""
     for i in range(terms.shape[0]):
         t = terms[i]
         c = mult[i]
-        for p in range(indptr[t], indptr[t + 1]):
+        start = cursor[i]
+        stop = start + np.searchsorted(docs[start : indptr[t + 1]], hi)
+        cursor[i] = stop
+        for p in range(start, stop):
             acc[docs[p]] += c * weights[p]
+
+
+def _crossing_py(
+    indptr: I64, docs: I32, weights: F64, terms: I64, mult: F64, cursor: I64, floor: float,
+    acc: F64, rows: I32, nc: int,
+) -> int:  # fmt: skip
+    """Add the postings left (term ``i``'s from ``cursor[i]``) into ``acc`` like
+    :func:`_accumulate_py`, appending to ``rows`` from ``nc`` each row whose sum reaches
+    ``floor`` (again if it fell back below first: weights below 0); the new count (more
+    than ``rows`` holds: some were not written)."""
+    cap = rows.shape[0]
+    for i in range(terms.shape[0]):
+        t = terms[i]
+        c = mult[i]
+        for p in range(cursor[i], indptr[t + 1]):
+            d = docs[p]
+            v = acc[d]
+            w = v + c * weights[p]
+            acc[d] = w
+            if w >= floor and v < floor:  # rare: the branch predicts well
+                if nc < cap:
+                    rows[nc] = d
+                nc += 1
+    return nc
+
+
+def _reached_py(acc: F64, floor: float, rows: I32, scores: F64, lo: int, hi: int) -> int:
+    """Keep, in place from ``lo``, the rows of ``rows[lo:hi]`` still at or above ``floor``, each
+    once (its ``acc`` reset when kept), with their ``scores``; the new count."""
+    kept = lo
+    for j in range(lo, hi):
+        d = rows[j]
+        v = acc[d]
+        if v >= floor:
+            rows[kept] = d
+            scores[kept] = v
+            kept += 1
+            acc[d] = 0.0
+    return kept
 
 
 def _guess_py(acc: F64, sample: int, scale: float, hist: I64, want: int) -> float:
@@ -229,14 +276,22 @@ def _top_k_py(
     want = (3 * k * sample + 2 * n - 1) // (2 * n) + 8  # ~1.5 k rows expected at or above the guess
     for q in range(lo, hi):
         terms, mult = _query_terms(q_terms[q_starts[q] : q_starts[q + 1]], idf)
+        cursor = np.empty(terms.shape[0], dtype=np.int64)
         bound = 0.0
         for i in range(terms.shape[0]):
+            cursor[i] = indptr[terms[i]]
             bound += mult[i] * max_weight[terms[i]]
-        _accumulate(indptr, docs, weights, terms, mult, acc)
-        floor = _guess(acc, sample, BUCKETS / bound if bound > 0.0 else 0.0, hist, want)
-        nc = _scan(acc, max(floor, ABOVE_0), rows, scores)
-        if nc < k and floor > 0.0:  # the guess may have been too high: again, every row above 0
-            _accumulate(indptr, docs, weights, terms, mult, acc)
+        _accumulate(indptr, docs, weights, terms, mult, cursor, sample, acc)  # the sample's rows, whole
+        floor = max(ABOVE_0, _guess(acc, sample, BUCKETS / bound if bound > 0.0 else 0.0, hist, want))
+        nc = _scan(acc[:sample], floor, rows, scores)
+        crossed = _crossing(indptr, docs, weights, terms, mult, cursor, floor, acc, rows, nc)
+        if crossed <= n:
+            nc = _reached(acc, floor, rows, scores, nc, crossed)
+        acc[sample:] = 0.0
+        if crossed > n or (nc < k and floor > ABOVE_0):  # the guess may have been too high: again,
+            for i in range(terms.shape[0]):  # every row above 0
+                cursor[i] = indptr[terms[i]]
+            _accumulate(indptr, docs, weights, terms, mult, cursor, n, acc)
             nc = _scan(acc, ABOVE_0, rows, scores)
         m = _near_top(rows, scores, nc, k, hist)
         out_counts[q] = _ranked(rows, scores, m, k, id_rank, out_rows[q], out_scores[q])
@@ -247,6 +302,8 @@ _query_terms = compiled(_query_terms_py)
 _accumulate = compiled(_accumulate_py)
 _guess = compiled(_guess_py)
 _take: Callable[..., int] = compiled(_take_py)
+_crossing = compiled(_crossing_py)
+_reached = compiled(_reached_py)
 _scan = compiled(_scan_py)
 _near_top = compiled(_near_top_py)
 _ranked = compiled(_ranked_py)
