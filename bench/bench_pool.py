@@ -2,9 +2,8 @@
 
     .venv/bin/python bench/bench_pool.py [--pairs 160] [--batch-size 32] [--rounds 3] [--gpu-pairs 20000]
 
-Pairs (``--seed``): passages are runs of the shared samples' sentences, 20-250 words (gamma,
-mean 77: CURE's); a query is 8-16 words of one sentence of its own passage (half) or another's.
-Without the samples, synthetic words of the same lengths (the JSON says so).
+Pairs (``--seed``): passages of the shared samples' sentences, 20-250 words (gamma, mean 77:
+CURE's); a query, 8-16 words of a sentence of its passage (half) or another's (else synthetic).
 
 CPU: the builtin cross-encoder (``builtin:minilm-l6-cross-encoder``, 23M, random head) scores
 
@@ -13,11 +12,9 @@ CPU: the builtin cross-encoder (``builtin:minilm-l6-cross-encoder``, 23M, random
 * the peer, plain ``sentence_transformers.CrossEncoder.predict`` in input order, same
   ``batch_size``, identity activation (it sorts by character length itself: not naive).
 
-Interleaved (``bench.common.interleaved``: a cold call each, then ``--rounds`` rounds, order
-rotated), on one thread each and then on every core (torch, BLAS and numba threads pinned
-alike). The ratio peer / ours seconds, median (min–max), is printed, with both logits' largest
-difference (a sanity check: float rounding only) and the padding each batching implies
-(padded tokens / real tokens, from the tokenizer, machine-independent).
+Interleaved (``bench.common.interleaved``), on one thread each, then on every core (threads
+pinned alike): peer / ours seconds, median (min–max), both logits' largest difference (float
+rounding only) and each batching's padding (padded / real tokens, machine-independent).
 
 GPU (when torch sees CUDA, unless ``--skip-gpu``): a random-weight ``BertForSequenceClassification``
 of the production reranker's size (gte-multilingual-reranker-base: 768 hidden, 12 layers, 250k
@@ -27,8 +24,7 @@ peer; the share of the GPU's dense bf16 peak comes from 2 x parameters x real to
 parameters and with the non-embedding ones (embeddings are lookups). Peaks: H100 SXM and H200
 989 TFLOPS, H100 PCIe 756, A100 312; any other GPU: "unknown".
 
-Results go to ``bench/results/pool.json``.
-"""
+Results: ``bench/results/pool.json``."""
 
 from __future__ import annotations
 
@@ -58,7 +54,6 @@ from tasks.common.rerank.builtin import MINILM_CROSS_ENCODER, TOKENIZER_FILES
 from tasks.common.rerank.local import CrossEncoderReranker
 
 PEAK_BF16_TFLOPS = {"H100 SXM": 989.0, "H100 PCIe": 756.0, "H200": 989.0, "A100": 312.0}
-
 
 # -- pairs ----------------------------------------------------------------------------------
 

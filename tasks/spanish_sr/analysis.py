@@ -41,6 +41,8 @@ from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 import Stemmer  # type: ignore[import-not-found]
 
 from irforge.errors import ConfigError
@@ -133,9 +135,14 @@ class Analyzer:
         then in the cache. No word of ``WORD`` holds whitespace (none of ``str.split``'s
         separators is a letter or digit), so a text's words are its pieces' words in order, and
         a piece's terms can be looked up."""
-        cache = self._query_cache if query else self._cache
         batch = [unicodedata.normalize("NFC", t or "").split() for t in texts]
         every = list(set(itertools.chain.from_iterable(batch)))
+        self._fill(every, query)
+        return batch, every
+
+    def _fill(self, every: list[str], query: bool) -> None:
+        """Put each of the distinct pieces ``every`` in the cache (its terms; see :meth:`_pieces`)."""
+        cache = self._query_cache if query else self._cache
         new = [p for p in every if p not in cache]
         if len(cache) + len(new) > CACHE_PIECES:
             cache.clear()
@@ -148,7 +155,6 @@ class Analyzer:
         kept = [(w, n) for w, n in zip(distinct, normal, strict=True) if n not in self._stop]
         term = dict(zip([w for w, _ in kept], self._stemmer.stemWords([n for _, n in kept]), strict=True))
         cache.update((p, tuple(term[w] for w in ws if w in term)) for p, ws in zip(new, words, strict=True))
-        return batch, every
 
     def documents(self, texts: Sequence[str | None]) -> list[list[str]]:
         """:meth:`document` of each text, each distinct piece analysed once."""
@@ -164,10 +170,15 @@ class Analyzer:
         """:func:`tasks.common.search.bm25_rank.encode_documents` of :meth:`documents`: (term →
         id in first-seen order, token ids back to back, starts), without a term list per text:
         each token is a lookup of its piece, the pieces' terms spread by numpy."""
-        batch, every = self._pieces(texts, False)
-        piece = {p: i for i, p in enumerate(every)}
-        total = sum(map(len, batch))
-        flat = np.fromiter(map(piece.__getitem__, itertools.chain.from_iterable(batch)), np.int64, total)
+        # Arrow's kernels (C++) normalise, split and number the pieces: no Python work per token.
+        # Its whitespace and Python's differ only in characters that are neither letters nor
+        # digits, which WORD never keeps, so the terms are the same.
+        text = pc.utf8_normalize(pa.array([t or "" for t in texts], pa.large_string()), "NFC")
+        split = pc.utf8_split_whitespace(text)
+        pieces = pc.dictionary_encode(split.flatten())
+        every = pieces.dictionary.to_pylist()
+        self._fill(every, False)
+        flat = pieces.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         per_piece = list(map(self._cache.__getitem__, every))
         names = list(set(itertools.chain.from_iterable(per_piece)))
         term = {t: i for i, t in enumerate(names)}
@@ -182,7 +193,7 @@ class Analyzer:
         order = seen[np.argsort(first)]  # term ids by first appearance
         renumber = np.empty(len(names), np.int64)
         renumber[order] = np.arange(len(order))
-        bounds = np.concatenate([[0], np.cumsum(list(map(len, batch)))]).astype(np.int64)
+        bounds = np.asarray(split.offsets, dtype=np.int64)
         starts = np.concatenate([[0], ends])[bounds].astype(np.int64)
         vocabulary = {names[t]: i for i, t in enumerate(order.tolist())}
         return vocabulary, renumber[tokens].astype(np.int32), starts

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tasks.common.embed.port import Encoder
-from tasks.common.search.bm25_rank import Params, RankBm25, Variant, encode_documents, encode_queries
+from tasks.common.search.bm25_rank import Params, RankBm25, Variant, encode_queries
 from tasks.common.search.fusion import DEFAULT_K, rrf
 from tasks.common.search.port import Hit
 from tasks.spanish_sr.analysis import Analyzer
@@ -159,7 +159,7 @@ def encode_corpus(
     vocabulary: dict[str, int] = {}
     parts, lengths = [], []
     for at in range(0, len(texts), chunk):
-        local, tokens, starts = encode_documents(analyzer.documents(texts[at : at + chunk]))
+        local, tokens, starts = analyzer.encode_documents(texts[at : at + chunk])
         ids = np.array([vocabulary.setdefault(term, len(vocabulary)) for term in local], dtype=np.int32)
         parts.append(ids[tokens])
         lengths.append(np.diff(starts))

@@ -23,6 +23,7 @@ from irforge.engine import StageOutcome, StagePlan, run_stage
 from irforge.runs import RunRecorder
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema
 from tasks.common.report.data import RunReport, load_report
+from tasks.common.report.figure_cache import FOLDER as FIGURES
 from tasks.common.report.html import render_report, write_report
 from tasks.common.report.records import ReportError
 from tasks.common.report.sections import Section, Source
@@ -214,7 +215,9 @@ def test_latest_run_goes_by_start_time_and_unknown_runs_are_errors(store: Path, 
 
 def test_written_page_is_atomic_and_self_contained(store: Path, page: Path) -> None:
     assert page == store / FLOW / "reports" / f"{RUN_ID}.html"
-    assert [p.name for p in page.parent.iterdir()] == [page.name]  # no temp file left behind
+    # No temp file left behind, beside the page or in the figure cache.
+    assert sorted(p.name for p in page.parent.iterdir()) == sorted([page.name, FIGURES])
+    assert all(p.suffix == ".svg" and not p.name.startswith(".") for p in (page.parent / FIGURES).iterdir())
     text = page.read_text(encoding="utf-8")
     assert text == render_report(_load(store))
     assert_self_contained(text)

@@ -33,7 +33,7 @@ from pydantic import Field, field_validator
 
 from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
-from tasks.common.search.bm25_rank import Params, RankBm25, Variant, encode_documents, encode_queries
+from tasks.common.search.bm25_rank import Params, RankBm25, Variant, encode_queries
 from tasks.spanish_sr.analysis import Analyzer, stop_words
 from tasks.spanish_sr.language import PROFILES, profile
 
@@ -154,7 +154,7 @@ def process(chunk: pa.Table, ctx: StageContext[Bm25Config]) -> ChunkResult:
         ]
         return ChunkResult(SCHEMA.empty_table(), rows_to_table(excluded, EXCLUDED_SCHEMA))
     analyzer = Analyzer(config.language, config.folds())
-    vocabulary, tokens, starts = encode_documents(analyzer.documents(pairs.column("abstract").to_pylist()))
+    vocabulary, tokens, starts = analyzer.encode_documents(pairs.column("abstract").to_pylist())
     targets = held_out_rows(pairs.num_rows, config.held_out, config.seed)
     questions = pairs.column("question").to_pylist()
     q_terms, q_starts = encode_queries(analyzer.queries([questions[t] for t in targets]), vocabulary)
