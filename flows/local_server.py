@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from irforge.errors import IrforgeError
+from tasks.common.llm.server_process import pid_exists
 
 STATE_FILE = "irforge-server.json"
 HOST = "127.0.0.1"
@@ -56,18 +57,24 @@ def healthy(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def _recorded() -> LocalServer | None:
+    """The server ``start`` recorded (None: no record, or one that cannot be read)."""
+    try:
+        state = json.loads(_state_path().read_text(encoding="utf-8"))
+        return LocalServer(str(state["url"]), int(state["pid"]), str(state.get("log", "")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def running() -> LocalServer | None:
     """The server ``irforge server start`` left running, if it still answers; a stale record is removed."""
-    path = _state_path()
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-        server = LocalServer(str(state["url"]), int(state["pid"]), str(state.get("log", "")))
-    except (OSError, ValueError, KeyError, TypeError):
+    server = _recorded()
+    if server is None:
         return None
     if _alive(server.pid) and healthy(server.url):
         return server
     if not _alive(server.pid):
-        path.unlink(missing_ok=True)
+        _state_path().unlink(missing_ok=True)
     return None
 
 
@@ -113,15 +120,12 @@ def start(port: int | None = None, timeout_s: float = 180.0) -> LocalServer:
 
 def stop() -> LocalServer | None:
     """Stop the server ``start`` left running (its whole process group); None if there was none."""
-    path = _state_path()
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-        server = LocalServer(str(state["url"]), int(state["pid"]), str(state.get("log", "")))
-    except (OSError, ValueError, KeyError, TypeError):
+    server = _recorded()
+    if server is None:
         return None
     if _alive(server.pid):
         _terminate(server.pid)
-    path.unlink(missing_ok=True)
+    _state_path().unlink(missing_ok=True)
     return server
 
 
@@ -136,12 +140,8 @@ def _terminate(pid: int, grace_s: float = 10.0) -> None:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_exists(pid):
         return False
-    except PermissionError:
-        return True
     # A child we started and that exited stays a zombie until reaped: not alive.
     with contextlib.suppress(ChildProcessError):
         done, _status = os.waitpid(pid, os.WNOHANG)
