@@ -4,7 +4,7 @@ rank_bm25 (https://github.com/dorianbrown/rank_bm25, ``rank_bm25.py``; the tool 
 §3.1) scores every document in Python for every query. :class:`RankBm25` gives the same
 scores (float64; measured within 1e-12 of ``get_scores``, tested to 1e-6) and the same
 ranking, fast (``bench/bench_crossgenre_bm25.py``, 222,000 abstracts x 5,034 headlines, top
-500: ~1,200x rank_bm25; bm25s' seconds / ours 2.0x on 1 thread, 2.5x on 2, interleaved):
+500: ~2,400x rank_bm25; bm25s' seconds / ours 1.75x on 1 thread, 2.1x on 2, interleaved):
 
 * **Formulas** (``k1``, ``b``, ``norm = 1 - b + b * dl / avgdl``, ``dl`` = tokens of the
   document, ``avgdl`` their mean; a repeated query token counts again; a token the corpus
