@@ -279,7 +279,11 @@ def run_bm25s(
             "cold_ratio": cold,
             "ours_qps": len(queries) / timings.median("ours"),
             "bm25s_qps": len(queries) / timings.median("bm25s"),
-        }
+            "table_row": common.table_row(
+                "crossgenre candidates, BM25+† top k", f"{index.documents:,} abstracts, {len(queries):,} headlines, k {k}",
+                str(n), timings, ("ours: RankBm25.search", "ours"), ("bm25s numba, bm25+ delta 0", "bm25s"),
+            ),
+        }  # fmt: skip
     result = timings.results["bm25s"]
     ranking: Ranking = timings.results["ours"]
     shares = [len(set(result.documents[q].tolist()) & set(ranking.rows[q, : ranking.counts[q]].tolist())) / max(1, ranking.counts[q])
@@ -351,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(
                 f"bm25s / ours, {n} thread(s): {row['warm_ratio']['text']} warm, {row['cold_ratio']:.2f}x cold"
             )
+        result["table"] = [row.pop("table_row") for row in result["peers"]["bm25s"]["by_threads"].values()]
         result["peers"]["rank_bm25"] = run_rank_bm25(docs, ours, args.rank_bm25_queries, args.k)
     result["peak_rss_mb"] = peak_rss_mb()
     result["ours"] = ours
