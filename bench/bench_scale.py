@@ -3,19 +3,16 @@
     .venv/bin/python bench/bench_scale.py [--articles 250] [--passages 100000] [--abstracts 50000] [--claims 1000]
         [--chunk-rows 500] [--cores all] [--rounds 3] [--runners process,ray] [--quick]
 
-Real stage specs, real engine (``execute_step``, forced), chunks ``INLINE`` or on flows/runners.py's
-``PrefectChunkRunner``; Prefect's temporary server starts first, untimed, as in ``irforge run``.
-Each core setting N pins this process (so the pool's workers, Ray's and the threads of each) to
-the same N CPUs for both sides (``all``: every CPU, no pinning): the pool's N workers are
-compared with inline on the N cores it may use, never with one pinned, busy core.
+Real stage specs and engine (``execute_step``, forced), chunks ``INLINE`` or on flows/runners.py's
+``PrefectChunkRunner``; Prefect's temporary server starts first, untimed. A core setting N pins
+this process (so its workers and threads) to the same N CPUs for both sides (``all``: no
+pinning): N workers against inline on the N cores it may use, never one pinned, busy core.
 
 * **startup**: a fresh runner made, started and warmed by an empty stage of two chunks a worker
   (spawn or ``ray.init``, imports, first task runs), ``--start-rounds`` times each, rotated.
-* **empty chunk**: a stage of ``--empty-chunks`` one-row chunks returned as they are
-  (``StageSpec.chunk_rows`` 1: never resized): wall / chunks, what a chunk costs beyond its work
-  (a task run, pickling both ways, persisting), inline, on our pool and on Prefect's pool as it
-  is (``ProcessPoolTaskRunner``, settings and a client rebuilt every task run: the peer), and
-  on a warm local Ray (``--runners`` with ray).
+* **empty chunk**: ``--empty-chunks`` one-row chunks returned as they are (never resized): wall
+  / chunks, what a chunk costs beyond its work, inline, on our pool, on Prefect's pool as it is
+  (settings and a client rebuilt every task run: the peer) and on a warm local Ray.
 * **segment**: CURE's ``segment`` over ``--articles`` articles of 20 parse blocks (every 10th
   four passages long: split at pysbd's sentence boundaries); chunks never split an article.
 * **filter**: CURE's ``filter`` over ``--passages`` distinct 50-150-word passages of the shared
@@ -251,8 +248,7 @@ def make_runner(kind: str, cores: int) -> Any:
 
 def warm(bench: Bench, runner: Any, cores: int) -> None:
     """Start ``runner`` and run two empty chunks a worker on it."""
-    tiny = bench.plan(WARM, Label(label=f"warm-{next(bench.runs)}"))
-    bench.run(tiny, -(-bench.args.empty_chunks // (2 * cores)), runner)
+    bench.run(bench.plan(WARM, Label(label=f"warm-{next(bench.runs)}")), -(-bench.args.empty_chunks // (2 * cores)), runner)  # fmt: skip
 
 
 def startup(bench: Bench, kinds: Sequence[str], cores: int, console: Console) -> dict[str, Any]:
@@ -278,9 +274,7 @@ def compare(bench: Bench, name: str, runners: dict[str, Any], cores: int) -> dic
         manifest = bench.stage(name, runner).manifest
         return manifest["chunks"]["total"], float(manifest["process_s"])
 
-    timings = common.interleaved(
-        {k: functools.partial(run, r) for k, r in runners.items()}, bench.args.rounds
-    )
+    timings = common.interleaved({k: functools.partial(run, r) for k, r in runners.items()}, bench.args.rounds)  # fmt: skip
     out: dict[str, Any] = {"timings": timings.summary(), "chunks": {}, "process_s": {}}
     for kind, (chunks, process_s) in timings.results.items():
         out["chunks"][kind], out["process_s"][kind] = chunks, process_s
@@ -288,9 +282,7 @@ def compare(bench: Bench, name: str, runners: dict[str, Any], cores: int) -> dic
         if name == "empty":  # wall / chunks; the peers' seconds over ours
             per = [1000 * s / out["chunks"][kind] for s in timings.warm[kind]]
             out.setdefault("ms_per_chunk", {})[kind] = statistics.median(per)
-            out.setdefault("vs_ours", {})[kind] = common.ratio_summary(
-                timings.warm[kind], timings.warm["process"]
-            )
+            out.setdefault("vs_ours", {})[kind] = common.ratio_summary(timings.warm[kind], timings.warm["process"])  # fmt: skip
         elif kind != "inline":
             speedup = common.ratio_summary(timings.warm["inline"], timings.warm[kind])
             out.setdefault("speedup", {})[kind] = speedup | {"efficiency": speedup["median"] / cores}
@@ -313,9 +305,8 @@ def run_cores(bench: Bench, cores: int, console: Console) -> dict[str, Any]:
             out["stages"][name] = compare(bench, name, {k: runners[k] for k in ("inline", "process")}, cores)
             console.print(f"  {name} x{cores}: {out['stages'][name]['speedup']['process']['text']}")
     finally:
-        for kind, runner in runners.items():
-            if kind != "inline":
-                runner.close()
+        for runner in list(runners.values())[1:]:  # all but inline
+            runner.close()
     return out
 
 

@@ -36,7 +36,7 @@ from irforge.config import ExecutionConfig
 from irforge.errors import AccountingError, IrforgeError
 from irforge.fingerprint import fingerprint, fingerprint_view
 from irforge.manifest import Totals, build_manifest
-from irforge.parallel import INLINE, ChunkCall, ChunkRunner, rows_per_chunk
+from irforge.parallel import INLINE, ChunkCall, ChunkRunner, kept_rows_per_chunk
 from irforge.progress import NullProgress, Progress
 from irforge.stage import ChunkResult, StageContext, StageSpec, key_set
 
@@ -203,7 +203,8 @@ def _run_chunks(
     if not resources.parallel or total_rows <= chunk_rows:
         runner = INLINE  # one chunk (or chunks that share state): no worker to pay for
     if not spec.whole_input and not spec.chunk_rows:  # execution.chunk_rows: sized for the runner
-        chunk_rows = _sized(work, chunk_rows, total_rows, getattr(runner, "workers", 1))
+        workers, started = getattr(runner, "workers", 1), any(work.glob("chunk-*.json"))
+        chunk_rows = kept_rows_per_chunk(work / "plan.json", chunk_rows, total_rows, workers, started)
     progress.start(spec.name, total_rows)
     rows_of: dict[int, int] = {}
 
@@ -223,17 +224,6 @@ def _run_chunks(
         progress.advance(rows_of.pop(index))
     progress.finish()
     return totals
-
-
-def _sized(work: Path, configured: int, rows: int, workers: int) -> int:
-    """:func:`irforge.parallel.rows_per_chunk`, kept in ``plan.json``: a resumed run keeps the
-    chunks it started with (``configured`` in a work dir from before), whatever its runner."""
-    plan = json.loads((work / "plan.json").read_text(encoding="utf-8"))
-    if "rows_per_chunk" not in plan:
-        started = any(work.glob("chunk-*.json"))
-        plan["rows_per_chunk"] = configured if started else rows_per_chunk(configured, rows, workers)
-        write_json_atomic(work / "plan.json", plan)
-    return int(plan["rows_per_chunk"])
 
 
 @dataclass(frozen=True)

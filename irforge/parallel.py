@@ -11,9 +11,13 @@ imports Prefect.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
+
+from irforge.artifacts import write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -88,3 +92,14 @@ def rows_per_chunk(configured: int, rows: int, workers: int) -> int:
     if rows < configured * workers:
         return max(1, rows // workers)
     return configured * max(1, min(MAX_GROWTH, rows // (workers * CHUNKS_PER_WORKER * configured)))
+
+
+def kept_rows_per_chunk(plan_file: Path, configured: int, rows: int, workers: int, started: bool) -> int:
+    """:func:`rows_per_chunk`, kept in the stage's ``plan.json`` (irforge/engine.py): a resumed run
+    keeps the chunks it began with, whatever its runner (``configured`` for a work dir that
+    has finished chunks from before the size was kept)."""
+    plan = json.loads(plan_file.read_text(encoding="utf-8"))
+    if "rows_per_chunk" not in plan:
+        plan["rows_per_chunk"] = configured if started else rows_per_chunk(configured, rows, workers)
+        write_json_atomic(plan_file, plan)
+    return int(plan["rows_per_chunk"])
