@@ -28,7 +28,10 @@ class ExecutionConfig(StrictModel):
     """How work is scheduled. Never part of a fingerprint: it does not change results."""
 
     chunk_rows: Transport[int] = Field(
-        2000, ge=1, description="Input rows per persisted chunk of a long stage."
+        2000,
+        ge=1,
+        description="Input rows per persisted chunk of a long stage; on a pool it may grow, by whole "
+        "multiples up to 16x, towards rows / (workers x 4) (irforge/parallel.py rows_per_chunk).",
     )
     part_rows: Transport[int] = Field(100_000, ge=1, description="Rows per Parquet part file of an artifact.")
     runner: Transport[Literal["inline", "process", "ray"]] = Field(
