@@ -157,11 +157,9 @@ def run(
     selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
     store = ArtifactStore.open(artifact_root(artifacts))
     steps = select_steps(pipeline, pipeline.plan(flow_config, base_dir), selection, store)
-    if (
-        not os.environ.get("PREFECT_API_URL")
-        and local_server.running() is None
-        and nothing_to_compute(pipeline, steps, store)
-    ):
+    # `irforge server start`'s server, set before Prefect reads its settings.
+    named = local_server.use_running_server() or os.environ.get("PREFECT_API_URL")
+    if not named and nothing_to_compute(pipeline, steps, store):
         # Every artifact exists and no server is named: reuse them without starting Prefect's
         # temporary server (seconds for no work). With a server the run shows in its UI.
         result = run_reused(pipeline, config, store, steps, flow_config.execution)
@@ -174,7 +172,6 @@ def run(
 
 
 def _run_with_prefect(flow: str, config: Path | None, artifacts: str, selection: Selection) -> RunResult:
-    local_server.use_running_server()  # `irforge server start`'s, before Prefect reads its settings
     from prefect.settings import PREFECT_API_URL  # noqa: PLC0415 -- Prefect is slow to import: only `run` needs it
 
     from flows.run import irforge_flow  # noqa: PLC0415

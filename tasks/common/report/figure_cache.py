@@ -12,6 +12,7 @@ in the report itself keys on that data. Both add the source of the module that d
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sys
@@ -59,11 +60,17 @@ def cached_svg(
 def _key(material: bytes, draw: Callable[[Any], str | None]) -> str:
     digest = hashlib.sha256(material)
     for module in sorted({getattr(draw, "__module__", ""), "tasks.common.report.plots"}):
-        source = getattr(sys.modules.get(module), "__file__", None)
-        digest.update(Path(source).read_bytes() if source else module.encode())
+        digest.update(_code_digest(module))
     digest.update(getattr(draw, "__qualname__", "").encode())
-    digest.update(version("matplotlib").encode())
     return digest.hexdigest()[:32]
+
+
+@functools.cache
+def _code_digest(module: str) -> bytes:
+    """A drawing module's source and matplotlib's version, read once a process."""
+    source = getattr(sys.modules.get(module), "__file__", None)
+    code = Path(source).read_bytes() if source else module.encode()
+    return hashlib.sha256(code + version("matplotlib").encode()).digest()
 
 
 def _write(path: Path, svg: str) -> None:
