@@ -49,7 +49,9 @@ def english_texts() -> list[str]:
 @pytest.mark.parametrize("fold", [False, True])
 def test_spanish_documents_and_queries_equal_the_per_word_path(fold: bool) -> None:
     texts = spanish_texts()
-    assert len(texts) >= 1000  # both copies are there: the oracle sees every real record
+    # The oracle sees every real record: data/'s 300, and shared's too where it lies beside the
+    # checkout (CI; a clone elsewhere has data/'s only).
+    assert len(texts) >= (1000 if SHARED_CT_EBM_SP.is_dir() else 300)
     texts += ODD  # type: ignore[arg-type]
     batch, oracle = Analyzer("es", fold), Analyzer("es", fold)
     # Two batches on one analyzer: the second meets a warm cache.
