@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from tasks.common.built_once import DONE, built_once
 from tasks.common.search import bm25_rank_files
 from tasks.common.search.bm25_rank import Params, RankBm25
+from tasks.crossgenre.domains import DATA_DIR
 from tasks.crossgenre.preprocess import (
     Analysis,
     Expansion,
@@ -45,6 +46,14 @@ VARIANTS: dict[str, tuple[Literal["okapi", "plus"], Analysis]] = {
     "plus": ("plus", "plain"),
     "plus_pre": ("plus", "pre"),
 }
+
+ABBREVIATIONS = DATA_DIR / "abbreviations" / "wikipedia_abbreviation_database.csv"
+"""The bundled dictionary: the default wherever the config file lives (issue 27)."""
+
+
+def abbreviations_path(base_dir: Path, named: str | None) -> Path:
+    """The configured abbreviation CSV (relative to the config), else the bundled one."""
+    return (base_dir / named).resolve() if named else ABBREVIATIONS
 
 
 @dataclass(frozen=True)
@@ -129,7 +138,7 @@ def _save(built: Shared, folder: Path) -> None:
 
 def _plan(ctx: StageContext[CandidatesConfig], corpus: Tokenised) -> list[Expansion]:
     headlines = ctx.upstream["claims"].read(columns=["headline"]).column("headline").to_pylist()
-    dictionary = load_abbreviations((ctx.base_dir / ctx.config.abbreviations).resolve())
+    dictionary = load_abbreviations(abbreviations_path(ctx.base_dir, ctx.config.abbreviations))
     return plan_expansions(
         headlines,
         dictionary,

@@ -8,7 +8,9 @@ or is named by the page's metadata (``citation_reference`` meta tags; JSON-LD ``
 
 - ``href``: as written; ``url``: absolute, unwrapped from redirect / tracking wrappers
   (:func:`unwrap`) and normalised (:func:`normalise_url`); links are de-duplicated on it;
-- ``block``: ``reference`` > ``metadata`` > ``credit`` > ``main`` when one URL is in several.
+- ``block``: ``reference`` > ``metadata`` > ``credit`` > ``main`` when one URL is in several;
+- ``context``: the text of the paragraph or block the link sits in (at most
+  :data:`CONTEXT_CHARS` around the anchor), what ``single_study`` reads for reporting words.
 
 Same-site links (:func:`tasks.crossgenre.news.same_site`), fragments, ``mailto:`` and
 ``javascript:`` links are not outbound links.
@@ -48,12 +50,27 @@ _CITATION_URL_KEYS = (
 )
 
 
+CONTEXT_CHARS = 400
+
+
 @dataclass(frozen=True)
 class Link:
     href: str
     url: str
     anchor: str
     block: Block
+    context: str = ""
+
+
+def around(text: str, anchor: str, chars: int = CONTEXT_CHARS) -> str:
+    """``text`` cut to ``chars`` characters centred on the first ``anchor`` in it."""
+    text = clean_text(text)
+    if len(text) <= chars:
+        return text
+    at = text.find(anchor) if anchor else -1
+    middle = at + len(anchor) // 2 if at >= 0 else 0
+    start = max(0, min(middle - chars // 2, len(text) - chars))
+    return text[start : start + chars]
 
 
 def unwrap(url: str) -> str:
@@ -126,7 +143,7 @@ class LinkCollector:
         self.base, self.site = base, site
         self._links: dict[str, Link] = {}
 
-    def add(self, href: str, anchor: str, block: Block) -> None:
+    def add(self, href: str, anchor: str, block: Block, context: str = "") -> None:
         href = href.strip()
         if not href or href.startswith("#"):
             return
@@ -140,9 +157,12 @@ class LinkCollector:
         url = normalise_url(target)
         known = self._links.get(url)
         if known is None:
-            self._links[url] = Link(href, url, clean_text(anchor), block)
+            anchor = clean_text(anchor)
+            self._links[url] = Link(href, url, anchor, block, around(context, anchor))
         elif _PRECEDENCE[block] < _PRECEDENCE[known.block]:
-            self._links[url] = replace(known, block=block)
+            self._links[url] = replace(
+                known, block=block, context=around(context, known.anchor) or known.context
+            )
 
     def links(self) -> list[Link]:
         return list(self._links.values())
@@ -188,23 +208,25 @@ def identifiers(blocks: Iterable[tuple[str, str]]) -> list[tuple[str, str, str]]
 
 
 def collect(
-    main_refs: list[tuple[str, str]],
+    main_refs: list[tuple[str, str, str]],
     main_text: str,
     pruned: HtmlElement,
     metadata: tuple[list[str], str],
     base: str,
     site: str,
 ) -> tuple[list[Link], list[tuple[str, str, str]]]:
-    """Links and identifiers of a page: ``main_refs`` (href, anchor) and ``main_text`` from the
-    main-text extractor, the cited blocks of the ``pruned`` page, the page's metadata citations."""
+    """Links and identifiers of a page: ``main_refs`` (href, anchor, paragraph) and ``main_text``
+    from the main-text extractor, the cited blocks of the ``pruned`` page, the page's metadata
+    citations."""
     collector = LinkCollector(base, site)
-    for href, anchor in main_refs:
-        collector.add(href, anchor, "main")
+    for href, anchor, paragraph in main_refs:
+        collector.add(href, anchor, "main", paragraph)
     texts: list[tuple[str, str]] = []
     for block, element in cited_blocks(pruned):
-        texts.append((block, block_text(element)))
+        text = block_text(element)
+        texts.append((block, text))
         for href, anchor in anchors(element):
-            collector.add(href, anchor, block)
+            collector.add(href, anchor, block, text)
     urls, text = metadata
     for url in urls:
         collector.add(url, "", "metadata")

@@ -5,7 +5,9 @@ inputs into *items* (one accounting unit each, in a fixed order) without reading
 :func:`load_item` reads one item's page. Every item ends as a page or as a refusal with a
 reason (:class:`ItemRefused`), never silently:
 
-- a ``.html`` / ``.htm`` file: one item (its path);
+- a ``.html`` / ``.htm`` file, or one gzipped (``.html.gz`` / ``.htm.gz``, as crawls and
+  extraction benchmarks ship pages): one item (its path); a page file whose bytes are gzip
+  is read decompressed whatever its name;
 - a ``.jsonl`` file: one item per non-blank line ``{"url", "html", "fetched_at"?}``
   (``path:LINE``);
 - a ``.warc`` / ``.warc.gz`` file (read with warcio, https://github.com/webrecorder/warcio):
@@ -21,6 +23,8 @@ modification time (a saved page says nothing about when it was saved).
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import zlib
 from collections.abc import Iterator
@@ -50,7 +54,8 @@ _DAMAGED = (
     zlib.error,
     ValueError,
 )
-HTML_SUFFIXES = (".html", ".htm")
+HTML_SUFFIXES = (".html", ".htm", ".html.gz", ".htm.gz")
+_GZIP_MAGIC = b"\x1f\x8b"
 JSONL_SUFFIXES = (".jsonl",)
 WARC_SUFFIXES = (".warc", ".warc.gz")
 PAGE_RECORDS = ("response", "resource")
@@ -217,7 +222,7 @@ def load_item(row: dict[str, Any], base_dir: Path, max_bytes: int, fetcher: Poli
     try:
         if kind == "file":
             data = read_input(path, row["digest"], max_bytes)
-            return RawPage(None, data, None, _mtime(path))
+            return RawPage(None, _gunzipped(data, row["source"], max_bytes), None, _mtime(path))
         if kind == "jsonl":
             return _jsonl_page(path, row["source"], row["item"], row["offset"])
         return _warc_page(path, row["item"], row["offset"])
@@ -229,6 +234,20 @@ def load_item(row: dict[str, Any], base_dir: Path, max_bytes: int, fetcher: Poli
         raise ItemRefused("unreadable", f"{row['item']}: {err.strerror or err}") from None
     except _DAMAGED as err:
         raise ItemRefused("unreadable", f"{row['item']}: damaged record: {err}") from None
+
+
+def _gunzipped(data: bytes, source: str, max_bytes: int) -> bytes:
+    """A saved page's bytes, decompressed when they are gzip (the name may say so or not)."""
+    if not data.startswith(_GZIP_MAGIC):
+        return data
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as member:
+            page = member.read(max_bytes + 1)
+    except (OSError, EOFError, zlib.error) as err:
+        raise ItemRefused("unreadable", f"{source}: gzip-compressed but damaged: {err}") from None
+    if len(page) > max_bytes:
+        raise ItemRefused("unreadable", f"{source}: gzip-compressed page over max_page_bytes {max_bytes}")
+    return page
 
 
 def _mtime(path: Path) -> str:

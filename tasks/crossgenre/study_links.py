@@ -10,7 +10,7 @@ position (issue 16): a link is a study reference when
 - or its host is a journal/publisher domain (:mod:`tasks.crossgenre.domains`) and its path
   is an article's: an identifier in the URL (a DOI in ``/doi/full/10.1056/…``, an Elsevier
   PII in ScienceDirect ``/pii/S…`` or Lancet/Cell ``PIIS…``, a JAMA Network
-  ``fullarticle/<id>`` — MEDLINE stores that id as the pii —, a nature.com article id, whose
+  ``fullarticle/<id>`` — MEDLINE stores that id as the pii; a DOI in a JAMA path wins —, a nature.com article id, whose
   DOI is ``10.1038/<id>``, though not a ``d…`` id of Nature's news and comment pieces) or a
   path segment with a digit (article numbers, volumes, years);
   a journal's homepage or a section/listing page (no such segment, or ``/toc/``, ``/issue/``
@@ -92,7 +92,12 @@ _PMC_PATH = re.compile(r"(?:^|/)articles/(?:(PMC\d+)|pmid/(\d{1,9}))(?:/|$)", re
 _EPMC_PATH = re.compile(
     r"^/(?:(?:article|abstract)/(MED|PMC)/(?:PMC)?(\d+)|articles?/PMC(\d+))(?:/|$)", re.IGNORECASE
 )
-_JAMA_PATH = re.compile(r"/journals/[^/]+/(?:fullarticle|article-abstract|articlepdf)/(\d+)", re.IGNORECASE)
+_JAMA_PATH = re.compile(
+    r"/journals/[^/]+/(?:fullarticle|article-abstract|articlepdf)/(\d+)(?:/|$)", re.IGNORECASE
+)
+# Article URLs that carry no article number in the path: ScienceDirect's old
+# /science?_ob=ArticleURL&_udi=… form, and ?articleid= / ?article_id= query forms.
+_ARTICLE_QUERY_KEYS = frozenset({"_udi", "articleid", "article_id", "artid"})
 _NATURE_NEWS = re.compile(r"^/articles/d\d{5}-", re.IGNORECASE)  # d41586-…: Nature's news section
 _NATURE_PATH = re.compile(r"^/articles/([a-z][a-z0-9.\-]*\d[a-z0-9.\-]*)/?$", re.IGNORECASE)
 
@@ -155,7 +160,7 @@ def _pii(segment: str) -> str | None:
 
 def url_identifier(host: str, path: str, query: list[tuple[str, str]]) -> Found | None:
     """The publication identifier a journal URL carries, with how it was found (None: none)."""
-    jama = _JAMA_PATH.search(path) if host.endswith("jamanetwork.com") else None
+    jama = _JAMA_PATH.search(path) if host.endswith("jamanetwork.com") and not _DOI.search(path) else None
     if jama:
         return "pii", jama.group(1), f"JAMA Network article id {jama.group(1)} (MEDLINE pii)"
     segments = [s for s in path.split("/") if s]
@@ -247,6 +252,10 @@ def classify_url(url: str, domains: DomainList, *, depth: int = 0) -> StudyLink 
             return StudyLink(url, "journal", found[0], found[1], f"{where}: {found[2]}")
         if _article_path(path):
             return StudyLink(url, "journal", None, None, f"{where}: article path, no identifier in the URL")
+        named = next((k for k, v in query if k.lower() in _ARTICLE_QUERY_KEYS and v.strip()), None)
+        if named or any(k == "_ob" and v == "ArticleURL" for k, v in query):
+            why = f"article URL (query {named or '_ob=ArticleURL'}), no identifier in the URL"
+            return StudyLink(url, "journal", None, None, f"{where}: {why}")
         shape = "homepage" if not path.strip("/") else "section or listing page"
         return Skipped(url, f"{where}: {shape}, not an article (no article number in the path)")
     if found and found[0] == "doi":

@@ -9,10 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from tasks.common.pubmed.local import pii_key
 from tasks.common.pubmed.port import ArticleId, IdKind, PubmedRecord, PubmedSource
 from tasks.crossgenre.roundup import roundup_wording, two_claims
 
 _ID_KINDS = frozenset({"doi", "pmid", "pmcid", "pii"})
+_ELSEVIER_PII = re.compile(r"S\d{15}[\dX]")  # a PII without punctuation (pii_key)
 
 
 @dataclass
@@ -43,20 +45,56 @@ def _url_key(url: str) -> str:
     return re.split(r"[?#]", bare, maxsplit=1)[0].rstrip("/").lower()
 
 
-def group_works(refs: Sequence[Mapping[str, Any]], pmids: Mapping[ArticleId, str | None]) -> list[Work]:
-    """``refs`` grouped into works, in order of first reference (see the module docstring)."""
-    works: dict[str, Work] = {}
-    for ref in refs:
-        aid = article_id(ref)
-        pmid = pmids.get(aid) if aid is not None else None
+def ref_keys(ref: Mapping[str, Any], pmids: Mapping[ArticleId, str | None]) -> list[str]:
+    """What one reference is known as: its PMID (when PubMed maps it), its identifier, an
+    Elsevier DOI's PII (``10.1016/S0140-6736(19)32317-7`` is PII ``S0140-6736(19)32317-7``)
+    and its URL. References sharing any key are one work."""
+    keys: list[str] = []
+    aid = article_id(ref)
+    if aid is not None:
+        pmid = pmids.get(aid)
         if pmid is not None:
-            key = f"pmid:{pmid}"
-        elif aid is not None:
-            key = f"{aid.kind}:{aid.value.lower()}"
+            keys.append(f"pmid:{pmid}")
+        if aid.kind == "pii":
+            keys.append(f"pii:{pii_key(aid.value)}")
         else:
-            key = f"url:{_url_key(ref['url'])}"
-        works.setdefault(key, Work(key, pmid)).refs.append(dict(ref))
-    return list(works.values())
+            keys.append(f"{aid.kind}:{aid.value.lower()}")
+        if aid.kind == "doi":
+            prefix, _, suffix = aid.value.partition("/")
+            if prefix == "10.1016" and _ELSEVIER_PII.fullmatch(pii_key(suffix)):
+                keys.append(f"pii:{pii_key(suffix)}")
+    keys.append(f"url:{_url_key(ref['url'])}")
+    return keys
+
+
+def group_works(refs: Sequence[Mapping[str, Any]], pmids: Mapping[ArticleId, str | None]) -> list[Work]:
+    """``refs`` grouped into works, in order of first reference: references that share a
+    PMID, an identifier (an Elsevier DOI and its PII too) or a URL are one work."""
+    parent = list(range(len(refs)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[str, int] = {}
+    for i, ref in enumerate(refs):
+        for key in ref_keys(ref, pmids):
+            j = first.setdefault(key, i)
+            a, b = root(i), root(j)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(refs)):
+        groups.setdefault(root(i), []).append(i)
+    works = []
+    for members in groups.values():
+        keys = [k for i in members for k in ref_keys(refs[i], pmids)]
+        pmid = next((k[5:] for k in keys if k.startswith("pmid:")), None)
+        key = f"pmid:{pmid}" if pmid else keys[0]
+        works.append(Work(key, pmid, [dict(refs[i]) for i in members]))
+    return works
 
 
 def related_series(works: Sequence[Work], records: Mapping[str, PubmedRecord]) -> str | None:

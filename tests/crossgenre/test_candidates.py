@@ -24,6 +24,7 @@ import rank_bm25  # type: ignore[import-untyped]
 from tasks.common.pubmed.local import scan_medline
 from tasks.common.pubmed.port import PubmedRecord
 from tasks.common.search.embedded.backend import EmbeddedBackend
+from tasks.crossgenre.candidate_index import ABBREVIATIONS, abbreviations_path
 from tasks.crossgenre.corpus import CORPUS_SCHEMA, record_row
 from tasks.crossgenre.preprocess import Tokenised, analyse_corpus, analyse_queries
 from tasks.crossgenre.stages.candidates import SPEC, CandidatesConfig, port_candidates
@@ -228,6 +229,18 @@ def test_config_is_checked() -> None:
 def test_missing_abbreviation_dictionary_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(Exception, match=r"nowhere\.csv: abbreviation dictionary not found"):
         run(tmp_path, [gold()[0]], abbreviations="nowhere.csv")
+
+
+def test_a_config_in_another_folder_uses_the_bundled_dictionary(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "my-project"
+    elsewhere.mkdir()
+    claims = [gold()[0]]
+    outcome = run_one(
+        tmp_path / "art", SPEC, CandidatesConfig(), upstream(tmp_path, claims), base_dir=elsewhere
+    )
+    assert outcome.artifact.read().num_rows > 0
+    assert abbreviations_path(elsewhere, None) == ABBREVIATIONS
+    assert ABBREVIATIONS.is_file()
 
 
 # ----------------------------------------------------------------------------- the port path

@@ -67,6 +67,23 @@ def test_demo_folder_gives_one_row_per_gold_page_with_its_outlet(tmp_path: Path)
     assert rows[GOLD[13]["file"]]["url"] == f"file:news/{GOLD[13]['file']}"
 
 
+def test_gzipped_pages_are_read_whatever_their_name_and_damaged_gzip_says_so(tmp_path: Path) -> None:
+    folder = tmp_path / "crawl"
+    folder.mkdir()
+    (folder / "a.html.gz").write_bytes(gzip.compress(P01.read_bytes(), mtime=0))
+    (folder / "b.html").write_bytes(gzip.compress(P07.read_bytes(), mtime=0))  # gzip under a .html name
+    (folder / "c.htm.gz").write_bytes(gzip.compress(P08.read_bytes(), mtime=0)[:200])  # cut short
+    outcome = _ingest(tmp_path / "art", tmp_path, pages=["crawl"])
+    kept = {r["item"]: r for r in outcome.artifact.read().to_pylist()}
+    assert sorted(kept) == ["crawl/a.html.gz", "crawl/b.html"]
+    assert kept["crawl/a.html.gz"]["html"] == P01.read_text(encoding="utf-8")
+    assert kept["crawl/a.html.gz"]["sha256"] == _sha(P01.read_bytes())  # of the page, not the archive
+    assert kept["crawl/b.html"]["html"] == P07.read_text(encoding="utf-8")
+    damaged = _excluded(outcome)["crawl/c.htm.gz"]
+    assert damaged["reason"] == "unreadable"
+    assert damaged["detail"].startswith("crawl/c.htm.gz: gzip-compressed but damaged")
+
+
 def test_same_bytes_or_same_url_is_a_duplicate_page(tmp_path: Path) -> None:
     folder = tmp_path / "saved"
     folder.mkdir()

@@ -48,8 +48,10 @@ def extract_row(
         "published": "2021-12-08",
         "language": "en",
         "main_text": f"{headline}. The article text.",
-        "links": [{"href": h, "url": h, "anchor": "study", "block": "main"} for h in links],
+        "links": [{"href": h, "url": h, "anchor": "study", "block": "main", "context": ""} for h in links],
         "identifiers": identifiers or [],
+        "page_types": [],
+        "headings": [],
     }
 
 
@@ -68,6 +70,7 @@ def gold_rows(unwrap: bool = True) -> list[dict[str, Any]]:
                 "url": unwrapped if unwrapped and h == g["primary_study_link"] else h,
                 "anchor": "",
                 "block": "main",
+                "context": "",
             }
             for h in hrefs
         ]
@@ -189,6 +192,10 @@ https://www.sciencedirect.com/science/article/abs/pii/S0920996419305389?via%3Dih
 https://www.cell.com/cell/fulltext/S0092-8674(20)30120-5  journal pii S0092-8674(20)30120-5
 https://linkinghub.elsevier.com/retrieve/pii/S0140673622023248  journal pii S0140673622023248
 https://jamanetwork.com/journals/jama/article-abstract/2786581  journal pii 2786581
+https://jamanetwork.com/journals/jamapsychiatry/fullarticle/10.1001/jamapsychiatry.2019.3254  journal doi 10.1001/jamapsychiatry.2019.3254
+https://jamanetwork.com/journals/jamapediatrics/fullarticle/2756119/  journal pii 2756119
+http://www.sciencedirect.com/science?_ob=ArticleURL&_udi=B6T2X-4RGM3TN-1&_user=10&_rdoc=1  journal - -
+https://www.thelancet.com/journals/lancet/article/PIIS0140-6736(19)32317-7/fulltext  journal pii S0140-6736(19)32317-7
 https://www.nejm.org/doi/pdf/10.1056/NEJMoa1911149  journal doi 10.1056/nejmoa1911149
 https://onlinelibrary.wiley.com/doi/abs/10.1002/cncr.32000  journal doi 10.1002/cncr.32000
 https://acsjournals.onlinelibrary.wiley.com/doi/full/10.1002/cncr.32000  journal doi 10.1002/cncr.32000

@@ -69,6 +69,7 @@ PAGES = [
     ),
 ]
 BY_ID = {p["page_id"]: p for p in PAGES}
+BAD_DOI_TEXT = "doi 10.9999/does-not-exist (https://doi.org/10.9999/does-not-exist)"
 
 
 def test_references_resolve_to_pmids_and_failures_are_excluded(tmp_path: Path) -> None:
@@ -85,22 +86,23 @@ def test_references_resolve_to_pmids_and_failures_are_excluded(tmp_path: Path) -
         r["page_id"]: (r["reason"], r["pmid"], r["detail"]) for r in outcome.artifact.excluded().to_pylist()
     }
     assert excluded == {
-        "bad_doi": (
-            "unresolved_link",
-            None,
-            "doi 10.9999/does-not-exist (https://doi.org/10.9999/does-not-exist)",
+        "bad_doi": ("unresolved_link", None, f"{BAD_DOI_TEXT}: no PMID for it in the local MEDLINE files"),
+        # Local files are a subset: absent from them is not absent from PubMed, and says so.
+        "not_in_pubmed": (
+            "not_in_local_medline",
+            "99999999",
+            "99999999: no record in the local MEDLINE files (PubMed may have one: engine eutils asks it)",
         ),
-        "not_in_pubmed": ("not_in_pubmed", "99999999", "99999999"),
         "no_abstract": ("no_abstract", "31809477", "31809477"),
-        "mixed": (
+        "mixed": ("unresolved_link", None, f"{BAD_DOI_TEXT}: no PMID for it in the local MEDLINE files"),
+        "no_identifier": (
             "unresolved_link",
             None,
-            "doi 10.9999/does-not-exist (https://doi.org/10.9999/does-not-exist)",
+            "url https://www.journal.example/article/42: no PMID for it in the local MEDLINE files",
         ),
-        "no_identifier": ("unresolved_link", None, "url https://www.journal.example/article/42"),
     }
     counts = outcome.artifact.manifest["counts"]
-    assert counts["excluded_by_reason"] == {"no_abstract": 1, "not_in_pubmed": 1, "unresolved_link": 3}
+    assert counts["excluded_by_reason"] == {"no_abstract": 1, "not_in_local_medline": 1, "unresolved_link": 3}
     assert (counts["units_in"], counts["units_kept"]) == (10, 5)
 
 
@@ -205,3 +207,18 @@ def test_eutils_failure_fails_the_stage_and_the_rerun_repeats_no_answered_reques
     kept = {r["page_id"]: r["pmids"] for r in outcome.artifact.read().to_pylist()}
     assert kept == {"pmid": ["31839957"], "doi": ["34874420"], "pii_and_doi": ["31839552"]}
     assert outcome.artifact.excluded().column("reason").to_pylist() == ["no_abstract"]
+
+
+def test_with_eutils_a_pmid_pubmed_lacks_is_not_in_pubmed(tmp_path: Path) -> None:
+    pages = [BY_ID["pmid"], BY_ID["not_in_pubmed"]]
+    upstream = artifact_of(tmp_path, "single_study", pa.Table.from_pylist(pages, schema=INPUT_SCHEMA))
+    with FakeEutils([MEDLINE / f for f in FILES]) as server:
+        eutils = EutilsConfig(
+            base_url=server.base_url, idconv_url=server.idconv_url, requests_per_second=1000
+        )
+        config = ResolveConfig(pubmed=PubmedConfig(engine="eutils", eutils=eutils))
+        outcome = run_one(tmp_path, SPEC, config, {"single_study": upstream})
+    excluded = outcome.artifact.excluded().to_pylist()
+    assert [(r["reason"], r["detail"]) for r in excluded] == [
+        ("not_in_pubmed", "99999999: PubMed has no such record")
+    ]

@@ -56,13 +56,12 @@ from tasks.common.search.bm25_rank import Ranking, encode_queries
 from tasks.common.search.elastic.dsl import MAX_RESULT_WINDOW
 from tasks.common.search.elastic.options import ElasticsearchOptions
 from tasks.common.search.port import PASSAGE_SCHEMA, Hit, SearchBackend, SearchError
-from tasks.crossgenre.candidate_index import VARIANTS, Shared, plan_of, shared
+from tasks.crossgenre.candidate_index import VARIANTS, Shared, abbreviations_path, plan_of, shared
 from tasks.crossgenre.preprocess import Analysis, Expansion, Tokenised, analyse_queries, expansion_words
 
 VariantName = Literal["okapi", "plus", "plus_pre"]
 ALL_VARIANTS: tuple[VariantName, ...] = ("okapi", "plus", "plus_pre")
 I64 = npt.NDArray[np.int64]
-ABBREVIATIONS = "../../data/crossgenre/abbreviations/wikipedia_abbreviation_database.csv"
 
 
 class CandidatesConfig(StrictModel):
@@ -76,7 +75,9 @@ class CandidatesConfig(StrictModel):
     top_k: int = Field(500, ge=1, le=10_000)
     recall_at: list[int] = Field(default_factory=lambda: [1, 5, 20, 100, 500], min_length=1)
     document: Literal["abstract", "title_abstract"] = Field("abstract", description="What is indexed.")
-    abbreviations: str = Field(ABBREVIATIONS, description="CSV abr,long_form (relative to the config).")
+    abbreviations: str | None = Field(
+        None, description="CSV abr,long_form (relative to the config); None: the bundled Wikipedia list."
+    )
     abbreviation_min_count: int = Field(3, ge=1, description="Paper: 'more than twice' in the headlines.")
     abbreviation_min_documents: int = Field(
         1,
@@ -129,7 +130,7 @@ EXCLUDED_SCHEMA = exclusion_schema(pa.field("query_id", pa.string(), nullable=Fa
 def _inputs(ctx: StageContext[CandidatesConfig]) -> dict[str, Any]:
     if "plus_pre" not in ctx.config.variants:
         return {}
-    path = (ctx.base_dir / ctx.config.abbreviations).resolve()
+    path = abbreviations_path(ctx.base_dir, ctx.config.abbreviations)
     if not path.is_file():
         raise ConfigError(f"{path}: abbreviation dictionary not found (stages.candidates.abbreviations)")
     return {"abbreviations": digest_file(path)}

@@ -11,7 +11,11 @@ reference section at the end, and took their headline as the claim. What each pa
 - **language**: what the page declares (:func:`tasks.crossgenre.news.language`);
 - **main_text**: trafilatura (https://trafilatura.readthedocs.io) on the page with its
   furniture pruned first (:func:`tasks.crossgenre.news_blocks.prune_noise`);
-- **links** / **identifiers**: :func:`tasks.crossgenre.news_links.collect`.
+- **links** / **identifiers**: :func:`tasks.crossgenre.news_links.collect` (each link with
+  the paragraph it sits in);
+- **page_types** / **headings**: what the page declares itself (``og:type``, JSON-LD
+  ``@type``) and the section headings of its main text — a listicle's numbered items,
+  a roundup's one heading per story — for ``single_study``.
 
 Excluded: ``not_html`` (PDF bytes, JSON, plain text, an empty page: the detail says which),
 ``no_headline``, ``no_main_text`` (less than ``min_main_chars`` characters of text besides
@@ -69,7 +73,9 @@ class ExtractConfig(StrictModel):
 
 
 _S = pa.string()
-LINK_TYPE = pa.struct([pa.field(n, _S, nullable=False) for n in ("href", "url", "anchor", "block")])
+LINK_TYPE = pa.struct(
+    [pa.field(n, _S, nullable=False) for n in ("href", "url", "anchor", "block", "context")]
+)
 IDENTIFIER_TYPE = pa.struct([pa.field(n, _S, nullable=False) for n in ("kind", "value", "where")])
 SCHEMA = pa.schema(
     [
@@ -82,6 +88,8 @@ SCHEMA = pa.schema(
         pa.field("main_text", pa.large_string(), nullable=False),
         pa.field("links", pa.list_(pa.field("item", LINK_TYPE, nullable=False)), nullable=False),
         pa.field("identifiers", pa.list_(pa.field("item", IDENTIFIER_TYPE, nullable=False)), nullable=False),
+        pa.field("page_types", pa.list_(_S), nullable=False),
+        pa.field("headings", pa.list_(_S), nullable=False),
     ]
 )
 EXCLUDED_SCHEMA = exclusion_schema(
@@ -116,7 +124,9 @@ def read_page(html: str, url: str, site: str, config: ExtractConfig) -> dict[str
             f"{chars} characters of main text besides the headline (min {config.min_main_chars})",
         )
     refs = (
-        [(r.get("target") or "", "".join(r.itertext())) for r in body.iter("ref")] if body is not None else []
+        [(r.get("target") or "", "".join(r.itertext()), _paragraph(r)) for r in body.iter("ref")]
+        if body is not None
+        else []
     )
     base = news.base_url(doc, web_url or (f"https://{site}/" if site else ""))
     links, identifiers = collect(refs, main_text, pruned, metadata_citations(metas, objects), base, site)
@@ -125,9 +135,35 @@ def read_page(html: str, url: str, site: str, config: ExtractConfig) -> dict[str
         "published": _published(doc, web_url, config),
         "language": news.language(doc, metas, objects),
         "main_text": main_text,
-        "links": [{"href": k.href, "url": k.url, "anchor": k.anchor, "block": k.block} for k in links],
+        "links": [
+            {"href": k.href, "url": k.url, "anchor": k.anchor, "block": k.block, "context": k.context}
+            for k in links
+        ],
         "identifiers": [{"kind": k, "value": v, "where": w} for k, v, w in identifiers],
+        "page_types": page_types(metas, objects),
+        "headings": [news.clean_text("".join(h.itertext())) for h in body.iter("head")]
+        if body is not None
+        else [],
     }
+
+
+def page_types(metas: dict[str, list[str]], objects: list[dict[str, Any]]) -> list[str]:
+    """What the page says it is: ``og:type`` values and JSON-LD ``@type`` names, in order."""
+    found = dict.fromkeys(t.strip() for t in metas.get("og:type", []))
+    for obj in objects:
+        names = obj.get("@type")
+        for name in names if isinstance(names, list) else [names]:
+            if isinstance(name, str) and name.strip():
+                found[name.strip()] = None
+    return [t for t in found if t]
+
+
+def _paragraph(ref: Any) -> str:
+    """The text of the paragraph (or list item, heading, cell) a main-text link sits in."""
+    parent = ref.getparent()
+    while parent is not None and parent.tag == "hi":  # emphasis around the link
+        parent = parent.getparent()
+    return "".join(parent.itertext()) if parent is not None else "".join(ref.itertext())
 
 
 def _require_html(html: str) -> None:
@@ -203,7 +239,7 @@ def process(chunk: pa.Table, ctx: StageContext[ExtractConfig]) -> ChunkResult:
 
 SPEC: StageSpec[ExtractConfig] = StageSpec(
     name="extract",
-    version=1,
+    version=2,  # 2: links' context (issue 27)
     config_type=ExtractConfig,
     upstream=("ingest",),
     schema=SCHEMA,

@@ -2,7 +2,7 @@
 
 Paper 003 §2 collected health-news articles from the RSS feeds of news sites over 18 months.
 Inputs (``tasks/crossgenre/pages.py``): ``pages`` — folders of saved ``.html`` /
-``.htm`` files (searched recursively; a folder gives nothing else), and ``.jsonl`` files of
+``.htm`` files, plain or gzipped (searched recursively; a folder gives nothing else), and ``.jsonl`` files of
 ``{url, html, fetched_at?}`` and ``.warc`` / ``.warc.gz`` files named or globbed, relative
 to the config file — and ``feeds``, RSS/Atom URLs
 whose entries are fetched politely (``tasks/crossgenre/fetch.py``: per-host pace,
@@ -63,7 +63,7 @@ CACHE_FILE = "news_http.sqlite"
 class IngestConfig(StrictModel):
     pages: list[str] = Field(
         [],
-        description="Folders of saved .html/.htm pages, .jsonl and .warc(.gz) files, relative to the config.",
+        description="Folders of saved .html/.htm(.gz) pages, .jsonl and .warc(.gz) files, relative to the config.",
     )
     feeds: list[str] = Field([], description="RSS/Atom feed URLs; their entries' links are fetched.")
     fetch: FetchConfig = FetchConfig()
@@ -243,7 +243,7 @@ def _excluded(
 
 SPEC: StageSpec[IngestConfig] = StageSpec(
     name="ingest",
-    version=1,
+    version=2,  # 2: gzipped saved pages read (issue 27)
     config_type=IngestConfig,
     upstream=(),
     schema=SCHEMA,

@@ -10,7 +10,7 @@ blocks, metadata, credits) and every DOI/PMID/PMCID written in it (extract's
 
 Kept (key ``page_id``): extract's columns without ``links`` / ``identifiers``, plus
 ``study_links`` (each publication reference: url, kind, id_kind, id_value, the reason it
-matched), ``outbound_domains`` (hosts linked, other than the page's own site, in document
+matched, and the anchor, block and paragraph it sits in), ``outbound_domains`` (hosts linked, other than the page's own site, in document
 order) and ``skipped_links`` (research-looking links that are not publications — trial
 registries, journal homepages, index searches — with the reason). Excluded:
 ``no_study_link``, the detail naming the outbound domains and the skipped links.
@@ -50,6 +50,7 @@ from tasks.crossgenre.domains import (
     load_domains,
 )
 from tasks.crossgenre.landing import LandingConfig, LandingPages, fetch_day
+from tasks.crossgenre.news_links import around
 from tasks.crossgenre.stages.extract import SCHEMA as EXTRACT_SCHEMA
 from tasks.crossgenre.study_links import Skipped, StudyLink, classify_url, identifier_link
 
@@ -84,6 +85,9 @@ STUDY_LINK_TYPE = pa.struct(
         pa.field("id_kind", _S),
         pa.field("id_value", _S),
         pa.field("reason", _S, nullable=False),
+        pa.field("anchor", _S),
+        pa.field("block", _S),
+        pa.field("context", _S),
     ]
 )
 SKIPPED_LINK_TYPE = pa.struct([pa.field("url", _S, nullable=False), pa.field("reason", _S, nullable=False)])
@@ -132,12 +136,16 @@ def _host(url: str) -> str | None:
         return None
 
 
+Where = dict[str, str]  # anchor, block and context of a study reference
+
+
 def page_study_links(
     row: dict[str, Any], domains: DomainList
-) -> tuple[list[StudyLink], list[Skipped], list[str]]:
-    """A page's study references, its skipped research-like links and its outbound domains."""
+) -> tuple[list[tuple[StudyLink, Where]], list[Skipped], list[str]]:
+    """A page's study references (each with where it sits), its skipped research-like links
+    and its outbound domains."""
     own = clean_domain(row["site"] or "")
-    found: dict[tuple[str, str, str | None, str | None], StudyLink] = {}
+    found: dict[tuple[str, str, str | None, str | None], tuple[StudyLink, Where]] = {}
     skipped: dict[str, Skipped] = {}
     outbound: dict[str, None] = {}
     for link in row["links"] or []:
@@ -151,13 +159,20 @@ def page_study_links(
         if isinstance(judged, StudyLink):
             if block != "main":
                 judged = StudyLink(**{**judged.row(), "reason": f"{judged.reason}; in the {block} block"})
-            found.setdefault((judged.url, judged.kind, judged.id_kind, judged.id_value), judged)
+            where = {"anchor": link.get("anchor") or "", "block": block, "context": link.get("context") or ""}
+            found.setdefault((judged.url, judged.kind, judged.id_kind, judged.id_value), (judged, where))
         elif isinstance(judged, Skipped):
             skipped.setdefault(judged.url, judged)
     for ident in row["identifiers"] or []:
-        written = identifier_link(ident["kind"], ident["value"], ident.get("where") or "main")
+        block = ident.get("where") or "main"
+        written = identifier_link(ident["kind"], ident["value"], block)
         if written is not None:
-            found.setdefault((written.url, written.kind, written.id_kind, written.id_value), written)
+            where = {
+                "anchor": ident["value"],
+                "block": block,
+                "context": around(row["main_text"], ident["value"]),
+            }
+            found.setdefault((written.url, written.kind, written.id_kind, written.id_value), (written, where))
     return list(found.values()), list(skipped.values()), list(outbound)
 
 
@@ -184,11 +199,10 @@ def _judged(
             "page_id": row["page_id"],
             "url": row["url"],
         }
-    if pages is not None:
-        links = pages.fill(links)
+    filled = pages.fill([link for link, _ in links]) if pages is not None else [link for link, _ in links]
     kept = {
         **{f.name: row[f.name] for f in PAGE_FIELDS},
-        "study_links": [link.row() for link in links],
+        "study_links": [{**link.row(), **where} for link, (_, where) in zip(filled, links, strict=True)],
         "outbound_domains": outbound,
         "skipped_links": [{"url": s.url, "reason": s.reason} for s in skipped],
     }
@@ -218,7 +232,7 @@ def resources(config: JournalLinksConfig) -> Resources:
 
 SPEC: StageSpec[JournalLinksConfig] = StageSpec(
     name="journal_links",
-    version=1,
+    version=2,  # 2: each study link's anchor, block and context (issue 27)
     config_type=JournalLinksConfig,
     upstream=("extract",),
     schema=SCHEMA,

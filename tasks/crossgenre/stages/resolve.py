@@ -11,7 +11,9 @@ query's relevant set must be complete, or a cited study missing from the qrels w
 as a wrong answer. ``allow_partial`` keeps a page with at least one good PMID instead and
 lists what was dropped in the added column ``dropped``. Exclusion reasons, in this order
 of precedence: ``unresolved_link`` (no PMID for a reference; detail: the references),
-``not_in_pubmed`` (no record for a PMID), ``no_abstract`` (detail: the PMIDs).
+``not_in_pubmed`` (E-utilities: PubMed has no record for a PMID) or, with local MEDLINE files,
+``not_in_local_medline`` (the files hold no record for it: PubMed may still have one),
+``no_abstract`` (detail: the PMIDs).
 
 Side table ``records``: one row per PMID of the chunk's kept pages, sorted by PMID (a PMID
 cited from pages in two chunks has a row in each: readers keep one per PMID). A
@@ -69,6 +71,7 @@ EXCLUDED_SCHEMA = exclusion_schema(
     pa.field("pmid", pa.string()),
 )
 REASONS = ("unresolved_link", "not_in_pubmed", "no_abstract")
+LOCAL_ABSENT = "not_in_local_medline"  # not_in_pubmed's name when the records are local files
 
 
 def article_id(kind: str | None, value: str | None) -> ArticleId | None:
@@ -139,8 +142,24 @@ def _judge(refs: list[tuple[dict[str, Any], str | None]], records: dict[str, Pub
     return page
 
 
+def _named(reason: str, local: bool) -> str:
+    return LOCAL_ABSENT if local and reason == "not_in_pubmed" else reason
+
+
+def _detail(reason: str, local: bool, what: list[str]) -> str:
+    listed = "; ".join(sorted(set(what)))
+    if local and reason == "not_in_pubmed":
+        return f"{listed}: no record in the local MEDLINE files (PubMed may have one: engine eutils asks it)"
+    if local and reason == "unresolved_link":
+        return f"{listed}: no PMID for it in the local MEDLINE files"
+    if reason == "not_in_pubmed":
+        return f"{listed}: PubMed has no such record"
+    return listed
+
+
 def process(chunk: pa.Table, ctx: StageContext[ResolveConfig]) -> ChunkResult:
     pages = chunk.to_pylist()
+    local = ctx.config.pubmed.engine == "local"
     resolved, records = _pmids_of(pages, ctx)
     kept: list[dict[str, Any]] = []
     excluded: list[dict[str, Any]] = []
@@ -152,8 +171,8 @@ def process(chunk: pa.Table, ctx: StageContext[ResolveConfig]) -> ChunkResult:
             reason = failing[0]
             excluded.append(
                 {
-                    "reason": reason,
-                    "detail": "; ".join(sorted(set(page.problems[reason]))),
+                    "reason": _named(reason, local),
+                    "detail": _detail(reason, local, page.problems[reason]),
                     "page_id": p["page_id"],
                     "url": p["url"],
                     "pmid": page.first_pmid.get(reason),
@@ -165,7 +184,9 @@ def process(chunk: pa.Table, ctx: StageContext[ResolveConfig]) -> ChunkResult:
             {
                 **{k: p[k] for k in ("page_id", "url", "site", "headline", "published")},
                 "pmids": sorted(page.good),
-                "dropped": [f"{r}: {what}" for r in failing for what in sorted(set(page.problems[r]))],
+                "dropped": [
+                    f"{_named(r, local)}: {what}" for r in failing for what in sorted(set(page.problems[r]))
+                ],
             }
         )
     rows = [record_fields_row(records[pmid]) for pmid in sorted(used)]
@@ -188,7 +209,7 @@ def _source(ctx: StageContext[ResolveConfig], _inputs: dict[str, Any]) -> Source
 
 SPEC: StageSpec[ResolveConfig] = StageSpec(
     name="resolve",
-    version=1,
+    version=2,  # 2: not_in_local_medline told apart from not_in_pubmed (issue 27)
     config_type=ResolveConfig,
     upstream=("single_study",),
     schema=SCHEMA,
