@@ -1,5 +1,7 @@
-"""``irforge quality FLOW``: score parse → segment → filter on the labelled passage set
-(docs/decisions/passage-quality.md); registered on :data:`flows.cli.app`."""
+"""``irforge quality FLOW``: score a flow's stages on its labelled set — cure: parse → segment
+→ filter on the labelled passage set (docs/decisions/passage-quality.md); crossgenre: the page
+stages on a folder of labelled real news pages (tests/crossgenre/real_pages/README.md).
+Registered on :data:`flows.cli.app`."""
 
 from __future__ import annotations
 
@@ -12,7 +14,11 @@ from flows.cli import INTERNAL_ERROR, ConfigOpt, FlowArg, _one_line_errors, app,
 from flows.registry import get_pipeline
 from irforge.errors import IrforgeError
 
-DEFAULT_GOLD = Path(__file__).resolve().parents[1] / "data" / "passage_gold"
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_GOLD = {
+    "cure": ROOT / "data" / "passage_gold",
+    "crossgenre": ROOT / "tests" / "crossgenre" / "real_pages",
+}
 
 
 @app.command()
@@ -21,19 +27,28 @@ def quality(
     flow: FlowArg,
     config: ConfigOpt = None,
     gold: Annotated[
-        Path, typer.Option("--gold", help="Labelled passage set (data/passage_gold layout).")
-    ] = DEFAULT_GOLD,
+        Path | None,
+        typer.Option(
+            "--gold",
+            help="Labelled set: cure, data/passage_gold's layout; crossgenre, a folder of pages "
+            "with gold.jsonl (default: the flow's bundled set).",
+        ),
+    ] = None,
     only: Annotated[
-        str | None, typer.Option("--only", help="Only documents whose name contains this.")
+        str | None, typer.Option("--only", help="Only documents (pages) whose name contains this.")
     ] = None,
     blocks: Annotated[
         Path | None,
         typer.Option("--blocks", help="Print the source blocks of this article file (to label it)."),
     ] = None,
 ) -> None:
-    """Score parse → segment → filter on the labelled passage set; exit 1 when a figure is under its floor."""
-    if flow != "cure":
-        raise IrforgeError(f"quality: only the cure flow has a labelled passage set, not {flow!r}")
+    """Score a flow's stages on its labelled set; exit 1 when a figure is under its floor."""
+    if flow not in DEFAULT_GOLD:
+        raise IrforgeError(f"quality: {flow!r} has no labelled set (cure and crossgenre have)")
+    gold = gold or DEFAULT_GOLD[flow]
+    if flow == "crossgenre":
+        _crossgenre(config, gold, only)
+        return
     from tasks.cure.quality import report as quality_report  # noqa: PLC0415 -- what the command runs
     from tasks.cure.quality.measure import Stages  # noqa: PLC0415
 
@@ -50,5 +65,30 @@ def quality(
     for line in failed:
         err.print(f"under the floor: {line}", highlight=False)
     out.print(quality_report.summary_line(scores), highlight=False)
+    if failed:
+        raise typer.Exit(INTERNAL_ERROR)
+
+
+def _crossgenre(config: Path | None, gold: Path, only: str | None) -> None:
+    """The page stages (rules only) on the labelled pages of ``gold``."""
+    from tasks.crossgenre.quality import report  # noqa: PLC0415 -- what the command runs
+    from tasks.crossgenre.quality.gold import load_gold  # noqa: PLC0415
+    from tasks.crossgenre.quality.measure import Tools, measure_all, opened_source  # noqa: PLC0415
+    from tasks.crossgenre.stages.journal_links import domains_for_config  # noqa: PLC0415
+
+    flow_config, base_dir = get_pipeline("crossgenre").load(config)
+    stages = flow_config.stages  # type: ignore[attr-defined]
+    pages = [p for p in load_gold(gold) if only is None or only in p.file]
+    if not pages:
+        raise IrforgeError(f"--only {only!r} matches no page of {gold}")
+    single = stages.single_study.model_copy(update={"llm": None})  # rules only
+    with opened_source(single, base_dir) as source:
+        tools = Tools(stages.extract, domains_for_config(stages.journal_links, base_dir), single, source)
+        results = measure_all(gold, pages, tools)
+    report.print_report(results, out)
+    failed = report.failed_floors(results, report.Floors())
+    for line in failed:
+        err.print(f"under the floor: {line}", highlight=False)
+    out.print(report.summary_line(results), highlight=False)
     if failed:
         raise typer.Exit(INTERNAL_ERROR)

@@ -15,9 +15,10 @@ every rule reads what the page states and cross-checks one statement against ano
   (``og:title``, ``twitter:title``, JSON-LD ``headline``, ``parsely-title``, ``dc.title``,
   ``<title>``); a declared title may be a truncated form of the ``<h1>`` or carry the site's
   name (" | Site", " - Site", " — Site", "Site · "), so agreement is "same words, one a
-  prefix of the other". Without an agreeing ``<h1>``: the article's own ``<h1>`` (inside
-  ``<article>``/``<main>``, four words or more: titles are often rewritten for search
-  engines), else the first declared title with its site name stripped, lengthened by any
+  prefix of the other" (a CJK character counts as a word's length). Without an agreeing
+  ``<h1>``: the article's own ``<h1>`` (inside ``<article>``/``<main>``, four words or more:
+  titles are often rewritten for search engines), or a visible ``<h1>`` that opens with the
+  same 20 characters as a declared title (rewritten after its first words), else the first declared title with its site name stripped, lengthened by any
   other title that continues it (an untruncated form).
 """
 
@@ -36,6 +37,8 @@ import lxml.html
 from courlan import extract_domain
 from lxml import etree
 
+from tasks.common.text.language_id import detect
+
 HtmlElement = Any  # lxml.html.HtmlElement (lxml ships no type information)
 
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
@@ -49,6 +52,9 @@ _HIDDEN_CLASSES = frozenset({"sr-only", "visually-hidden", "screen-reader-text",
 _TRIVIAL_HOST_LABELS = ("www.", "www2.", "m.", "mobile.", "amp.")
 _MIN_PREFIX_CHARS = 20
 _MIN_HEADLINE_WORDS = 4
+_MIN_TEXT = 200  # characters of main text that identify a language
+_MAX_TEXT = 5000
+_SURE, _LIKELY = 0.99, 0.9
 _BREAKS = frozenset(
     {"p", "div", "li", "td", "th", "dt", "dd", "tr", "br", "h1", "h2", "h3", "h4", "h5", "h6", "section",
      "table", "ul", "ol", "figcaption", "blockquote", "article", "aside", "header", "footer"}
@@ -308,6 +314,9 @@ def headline(doc: HtmlElement, site_host: str) -> str | None:
             return h1
     if framed and len(framed[0].split()) >= _MIN_HEADLINE_WORDS:
         return framed[0]  # the article's own <h1>, under a title written for search engines
+    for h1 in h1s:  # a title rewritten after the same opening words ("Wie kann ich …? Die 8 Tipps")
+        if any(_weight(_common_prefix(_alnum(h1), _alnum(t))) >= _MIN_PREFIX_CHARS for t in stripped):
+            return h1
     if stripped:
         best = stripped[0]
         longer = [t for t in stripped if len(_alnum(t)) > len(_alnum(best)) and agrees(best, t)]
@@ -351,8 +360,20 @@ def agrees(a: str, b: str) -> bool:
         return False
     short, long = sorted((x, y), key=len)
     return short == long or (
-        len(short) >= _MIN_PREFIX_CHARS and long.startswith(short) and len(short) >= len(long) / 2
+        _weight(short) >= _MIN_PREFIX_CHARS and long.startswith(short) and len(short) >= len(long) / 2
     )
+
+
+def _weight(text: str) -> int:
+    """Length in Latin-letter equivalents: a CJK character carries a word's worth (three)."""
+    return sum(3 if "\u3040" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af" else 1 for ch in text)
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
 
 
 def _alnum(text: str) -> str:
@@ -362,14 +383,32 @@ def _alnum(text: str) -> str:
 # --- language ---------------------------------------------------------------------------
 
 
-def language(doc: HtmlElement, metas: dict[str, list[str]], objects: list[dict[str, Any]]) -> str | None:
-    """ISO 639-1 code from ``<html lang>``, ``content-language``, ``og:locale`` or JSON-LD ``inLanguage``."""
+def declared_languages(
+    doc: HtmlElement, metas: dict[str, list[str]], objects: list[dict[str, Any]]
+) -> list[str]:
+    """ISO 639-1 codes the page declares: ``<html lang>``, ``content-language``, ``og:locale``,
+    ``dc.language``, JSON-LD ``inLanguage`` (in that order, each once)."""
     candidates = [doc.get("lang"), doc.get("{http://www.w3.org/XML/1998/namespace}lang")]
     for name in ("content-language", "og:locale", "dc.language"):
         candidates += metas.get(name, [])
     candidates += [s for obj in objects if is_article(obj) for s in ld_strings(obj.get("inLanguage"))]
-    for value in candidates:
-        match = re.match(r"\s*([A-Za-z]{2})(?:[-_]|\s*$)", value or "")
-        if match:
-            return match.group(1).lower()
-    return None
+    codes = [
+        m.group(1).lower() for v in candidates if (m := re.match(r"\s*([A-Za-z]{2})(?:[-_]|\s*$)", v or ""))
+    ]
+    return list(dict.fromkeys(codes))
+
+
+def language(declared: list[str], text: str) -> str | None:
+    """The page's language: what it declares, checked against its main text (py3langid).
+
+    A page may declare nothing, or a template's default (``<html lang="en">`` on a French
+    article): the text's language wins when it is confidently identified (probability ≥
+    :data:`_SURE`, at least :data:`_MIN_TEXT` characters) and not the first declared one;
+    without enough text the first declared language stands."""
+    first = declared[0] if declared else None
+    if len(text) < _MIN_TEXT:
+        return first
+    found, probability = detect(text[:_MAX_TEXT])
+    if first is None:
+        return found if probability >= _LIKELY else None
+    return found if found != first and probability >= _SURE else first

@@ -222,7 +222,7 @@ def load_item(row: dict[str, Any], base_dir: Path, max_bytes: int, fetcher: Poli
     try:
         if kind == "file":
             data = read_input(path, row["digest"], max_bytes)
-            return RawPage(None, _gunzipped(data, row["source"], max_bytes), None, _mtime(path))
+            return RawPage(None, gunzipped(data, row["source"], max_bytes), None, _mtime(path))
         if kind == "jsonl":
             return _jsonl_page(path, row["source"], row["item"], row["offset"])
         return _warc_page(path, row["item"], row["offset"])
@@ -236,7 +236,7 @@ def load_item(row: dict[str, Any], base_dir: Path, max_bytes: int, fetcher: Poli
         raise ItemRefused("unreadable", f"{row['item']}: damaged record: {err}") from None
 
 
-def _gunzipped(data: bytes, source: str, max_bytes: int) -> bytes:
+def gunzipped(data: bytes, source: str, max_bytes: int) -> bytes:
     """A saved page's bytes, decompressed when they are gzip (the name may say so or not)."""
     if not data.startswith(_GZIP_MAGIC):
         return data

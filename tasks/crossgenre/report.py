@@ -2,6 +2,7 @@
 
 - ``funnel`` (stage ``claims``): pages in → extracted → citing research → one study →
   resolved → claims, from the run's stage manifests (paper 003 §2);
+- ``decisions`` (``single_study``): how many pages each rule and the LLM kept and dropped;
 - ``sites`` (``claims``): queries per news site, the top ten (the paper's Fig. 1);
 - ``recall`` (``candidates``): first-stage recall@k per BM25 variant (Table 2);
 - ``ranking`` (``evaluate``): R@1/3/5/20 and MRR per system and split (Table 3).
@@ -71,6 +72,21 @@ def load_funnel(source: Source) -> tuple[FunnelStep, ...]:
             )
         )
     return tuple(steps)
+
+
+@dataclass(frozen=True)
+class DecisionsSection:
+    rows: tuple[tuple[str, int, int], ...]  # (decided_by, kept, dropped), most pages first
+
+
+def load_decisions(source: Source) -> DecisionsSection:
+    """single_study's kept and excluded pages by the rule (or ``llm``) that decided them."""
+    kept = Counter(read_columns(source.artifact, ["decided_by"]).column("decided_by").to_pylist())
+    excluded = source.artifact.excluded()
+    by = "decided_by" if "decided_by" in excluded.schema.names else "reason"
+    dropped = Counter(excluded.column(by).to_pylist())
+    rules = sorted(set(kept) | set(dropped), key=lambda r: (-(kept[r] + dropped[r]), r))
+    return DecisionsSection(tuple((r, kept[r], dropped[r]) for r in rules))
 
 
 def load_sites(source: Source) -> SitesSection:
@@ -149,6 +165,16 @@ FUNNEL_TEMPLATE = """
 <p class="note">Units each stage read and kept (pages, then claims); a stage's exclusions are in the Stages table too.</p>
 """
 
+DECISIONS_TEMPLATE = """
+<table class="decisions">
+<thead><tr><th>decided by</th><th class="num">kept</th><th class="num">dropped</th></tr></thead>
+<tbody>
+{%- for rule, kept, dropped in data.rows %}<tr><td class="mono">{{ rule }}</td>{{ num(kept) }}{{ num(dropped) }}</tr>{% endfor %}
+</tbody></table>
+<p class="note">Pages citing research, by the single-study rule that decided them (llm: the model's verdict on a page
+the rules left undecided; its reason is in the decision column of the artifact).</p>
+"""
+
 SITES_TEMPLATE = """{% set st = data %}
 <table class="sites">
 <thead><tr><th>site</th><th class="num">queries</th></tr></thead>
@@ -192,6 +218,7 @@ def _with_metrics(template: str) -> str:
 
 SECTIONS: tuple[Section[Any], ...] = (
     Section("funnel", "claims", "From pages to claims", load_funnel, FUNNEL_TEMPLATE),
+    Section("decisions", "single_study", "Single-study decisions", load_decisions, DECISIONS_TEMPLATE),
     Section("sites", "claims", "News sites", load_sites, SITES_TEMPLATE, sites_figure),
     Section("recall", "candidates", "First-stage recall", load_recall, RECALL_TEMPLATE),
     Section("ranking", "evaluate", "Ranking (R@k, MRR)", load_ranking, _with_metrics(RANKING_TEMPLATE)),

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from tasks.common.pubmed.local import pii_key
 from tasks.common.pubmed.port import ArticleId, IdKind, PubmedRecord, PubmedSource
+from tasks.crossgenre.report_cues import Evidence, page_kind, work_evidence
 from tasks.crossgenre.roundup import roundup_wording, two_claims
 
 _ID_KINDS = frozenset({"doi", "pmid", "pmcid", "pii"})
@@ -118,6 +119,15 @@ class Verdict:
     rule: str
     why: str
     reason: str = ""  # the excluded reason
+    reported: tuple[int, ...] = ()  # the kept works (indexes); empty: all of them
+
+
+@dataclass(frozen=True)
+class PageSigns:
+    """What the page says of itself (extract's ``page_types`` / ``headings``)."""
+
+    page_types: Sequence[str] = ()
+    headings: Sequence[str] = ()
 
 
 def decide(
@@ -126,6 +136,7 @@ def decide(
     records: Mapping[str, PubmedRecord],
     max_works: int,
     roundup_patterns: Sequence[str] = (),
+    signs: PageSigns = PageSigns(),
 ) -> Verdict:
     """The first rule that applies, in order (paper 003 §2; ``decided_by`` names it):
 
@@ -133,29 +144,46 @@ def decide(
        studies or a numbered listicle (:mod:`tasks.crossgenre.roundup`: English, German, French,
        Spanish, plus the config's ``roundup_patterns``; review wording such as "meta-analysis
        finds" turns the counting patterns off) → ``roundup``.
-    2. ``too_many_works`` — more than ``max_works`` works → ``multiple_studies``.
-    3. ``one_work`` → kept.
-    4. ``related_series`` — every work is a PubMed record, and all share the first author, or all
+    2. ``page_kind`` — the page declares a product, recipe, FAQ or how-to (``og:type``, JSON-LD),
+       or is a listicle of numbered sections (:func:`tasks.crossgenre.report_cues.page_kind`)
+       → ``not_a_report``.
+    3. ``too_many_works`` — more than ``max_works`` works → ``multiple_studies``.
+    4. ``one_work`` — one work the page reports (reporting words near its link, a source
+       block, the page's metadata: :func:`tasks.crossgenre.report_cues.work_evidence`) → kept;
+       ``cited_in_passing`` — one work with background words near it and none of reporting
+       → ``not_a_report``; one work with neither → ``no_report_cue``, undecided.
+    5. ``reported_work`` — of several works, one reads as reported and none of the others
+       does → kept, citing that one (the others are background).
+    6. ``related_series`` — every work is a PubMed record, and all share the first author, or all
        the journal, volume and issue → kept.
-    5. ``two_claims`` — a headline of two claims joined by ";" → ``roundup``.
-    6. ``unrelated_works`` — otherwise undecided: asked to the LLM when ``llm`` is set (prompt
-       ``prompts/crossgenre/single_study.md``, JSON ``{"single_study": bool, "reason": str}``;
-       ``decided_by: llm``; a false answer → ``multiple_studies``; a failed request →
-       ``invalid_reply`` / ``truncated`` / ``request_failed`` with the raw reply), else ``undecided``.
+    7. ``two_claims`` — a headline of two claims joined by ";" → ``roundup``.
+    8. ``unrelated_works`` — otherwise undecided.
+
+    Undecided pages go to the LLM when ``llm`` is set (prompt ``prompts/crossgenre/single_study.md``,
+    JSON ``{"single_study": bool, "reason": str}``; ``decided_by: llm``; a false answer →
+    ``multiple_studies``; a failed request → ``invalid_reply`` / ``truncated`` /
+    ``request_failed`` with the raw reply), else are excluded ``undecided``.
     """
     wording = roundup_wording(headline, list(roundup_patterns))
     if wording:
         return Verdict(False, "roundup_wording", f"round-up headline ({wording})", "roundup")
+    kind = page_kind(signs.page_types, signs.headings)
+    if kind:
+        return Verdict(False, "page_kind", kind, "not_a_report")
     n = len(works)
     if n == 0:
         return Verdict(False, "no_works", "no study reference to decide on", "undecided")
     if n > max_works:
         why = f"{n} distinct cited works (more than max_works {max_works})"
         return Verdict(False, "too_many_works", why, "multiple_studies")
+    evidence = [work_evidence(w.refs, headline) for w in works]
     if n == 1:
-        return Verdict(
-            True, "one_work", f"one cited work ({works[0].key}, {len(works[0].refs)} reference(s))"
-        )
+        return _one_work(works[0], evidence[0])
+    reported = [i for i, e in enumerate(evidence) if e.reported]
+    if len(reported) == 1:
+        i = reported[0]
+        why = f"{works[i].key} reported ({evidence[i].text()}); {n - 1} other work(s) only cited"
+        return Verdict(True, "reported_work", why, reported=(i,))
     series = related_series(works, records)
     if series:
         return Verdict(True, "related_series", f"{n} works of one series: {series}")
@@ -165,6 +193,17 @@ def decide(
         )
     keys = ", ".join(w.key for w in works)
     return Verdict(None, "unrelated_works", f"{n} works not one series ({keys})", "undecided")
+
+
+def _one_work(work: Work, evidence: Evidence) -> Verdict:
+    refs = f"{work.key}, {len(work.refs)} reference(s)"
+    if evidence.reported:
+        return Verdict(True, "one_work", f"one cited work ({refs}), reported: {evidence.text()}")
+    if evidence.score < 0:
+        return Verdict(
+            False, "cited_in_passing", f"one cited work ({refs}): {evidence.text()}", "not_a_report"
+        )
+    return Verdict(None, "no_report_cue", f"one cited work ({refs}): {evidence.text()}", "undecided")
 
 
 def works_text(works: Sequence[Work], records: Mapping[str, PubmedRecord]) -> str:

@@ -187,5 +187,8 @@ def publish_funnel(root: Path) -> dict[str, StageOutcome]:
             for i in range(n)
         ]
         table = pa.table({"page_id": pa.array(ids, pa.string())})
+        if stage == "single_study":  # the rule that kept each page (the report's decisions table)
+            rules = ["one_work"] * (kept - 2) + ["reported_work", "llm"]
+            table = table.append_column("decided_by", pa.array(rules, pa.string()))
         out[stage] = publish(root, stage, table, ("page_id",), excluded=excluded, flow="crossgenre")
     return out

@@ -304,3 +304,32 @@ def test_identifiers_written_in_text() -> None:
         ("pmcid", "PMC6123456"),
         ("pmid", "31826360"),
     ]
+
+
+FRENCH = (
+    "Une équipe de chercheurs de l'université de Lyon a suivi pendant dix ans plus de deux mille "
+    "adultes et montre que ceux qui marchent chaque jour au moins trente minutes ont moins souvent "
+    "des maladies du cœur. Les résultats sont publiés cette semaine dans une revue de cardiologie, "
+    "et les auteurs appellent à poursuivre le travail avec des groupes plus jeunes."
+)
+
+
+def test_language_is_what_the_page_declares_checked_against_its_text() -> None:
+    assert news.language(["en"], FRENCH) == "fr"  # a template's lang="en" on a French article
+    assert news.language([], FRENCH) == "fr"  # nothing declared: the text's
+    assert news.language(["fr", "en"], FRENCH) == "fr"
+    assert news.language(["de"], "Zu kurz.") == "de"  # too little text to overrule a declaration
+    assert news.language([], "Zu kurz.") is None
+
+
+def test_a_cjk_headline_agrees_with_its_title_and_a_rewritten_title_keeps_the_h1() -> None:
+    cjk = "<html><head><title>港特首梁振英就住宅违建事件道歉 - BBC中文网 - 两岸三地</title></head>"
+    cjk += "<body><h1>港特首梁振英就住宅违建事件道歉</h1><p>正文</p></body></html>"
+    doc = news.load_document(cjk)
+    assert news.headline(doc, "www.bbc.co.uk") == "港特首梁振英就住宅违建事件道歉"
+    seo = '<html><head><meta property="og:title" content="Wie kann ich schnell abnehmen? Der Plan zum Ziel">'
+    seo += "</head><body><h1>Wie kann ich schnell abnehmen? Die 8 besten Tipps</h1></body></html>"
+    assert (
+        news.headline(news.load_document(seo), "example.de")
+        == "Wie kann ich schnell abnehmen? Die 8 besten Tipps"
+    )

@@ -37,8 +37,10 @@ def extract_row(
     links: list[str],
     site: str = "news.example",
     identifiers: list[dict[str, str]] | None = None,
+    context: str = "The findings were published this week.",
 ) -> dict[str, Any]:
-    """An extract-shaped row: ``links`` as main-text links (href = url)."""
+    """An extract-shaped row: ``links`` as main-text links (href = url), each in a paragraph
+    that reads ``context``."""
     url = f"https://{site}/{page_id(headline)}"
     return {
         "page_id": page_id(url),
@@ -48,7 +50,9 @@ def extract_row(
         "published": "2021-12-08",
         "language": "en",
         "main_text": f"{headline}. The article text.",
-        "links": [{"href": h, "url": h, "anchor": "study", "block": "main", "context": ""} for h in links],
+        "links": [
+            {"href": h, "url": h, "anchor": "study", "block": "main", "context": context} for h in links
+        ],
         "identifiers": identifiers or [],
         "page_types": [],
         "headings": [],

@@ -95,7 +95,7 @@ def _rows(page: Any, table_class: str) -> list[list[str]]:
 def test_sections_render_without_problems(root: Path, page: Any) -> None:
     report = load_report(root, FLOW, None, sections=SECTIONS)
     assert report.section_problems == {}
-    assert set(report.data) == {"funnel", "sites", "recall", "ranking"}
+    assert set(report.data) == {"funnel", "decisions", "sites", "recall", "ranking"}
     titles = [a.text_content() for a in page.xpath("//nav/a")]
     for title in ("From pages to claims", "News sites", "First-stage recall", "Ranking (R@k, MRR)"):
         assert title in titles
@@ -109,6 +109,17 @@ def test_funnel(page: Any) -> None:
     for row, (stage, (kept, reasons)) in zip(rows[1:6], FUNNEL.items(), strict=True):
         assert row[0] == stage and row[2:4] == [str(kept + sum(reasons.values())), str(kept)]
     assert rows[6] == ["claims", "claims (syndicated copies merged)", "26", "26", ""]
+
+
+def test_single_study_decisions_by_rule(page: Any) -> None:
+    rows = _rows(page, "decisions")
+    assert rows == [
+        ["decided by", "kept", "dropped"],
+        ["one_work", "7", "0"],
+        ["llm", "1", "0"],
+        ["reported_work", "1", "0"],
+        ["roundup", "0", "1"],  # an excluded table without decided_by: by reason
+    ]
 
 
 def test_top_sites_table_and_figure(page: Any) -> None:

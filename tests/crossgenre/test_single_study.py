@@ -20,7 +20,7 @@ import pytest
 
 from irforge.config import validate_config
 from irforge.errors import ConfigError
-from tasks.common.llm.config import LLMConfig
+from tasks.common.llm.config import LLMConfig, close_local_servers
 from tasks.common.pubmed.config import PubmedConfig
 from tasks.crossgenre.roundup import roundup_wording, two_claims
 from tasks.crossgenre.single_study_llm import load_prompt, parse_reply
@@ -31,8 +31,9 @@ from tasks.crossgenre.stages.journal_links import SPEC as LINKS
 from tasks.crossgenre.stages.journal_links import JournalLinksConfig
 from tasks.crossgenre.stages.single_study import SPEC, SingleStudyConfig
 from tasks.crossgenre.works import decide
+from tests.common.test_llama_server import needs_gemma, needs_llama
 from tests.crossgenre.conftest import MEDLINE, NEWS, artifact_of, run_one
-from tests.crossgenre.test_journal_links import by_file, extract_row, gold, gold_rows
+from tests.crossgenre.test_journal_links import by_file, extract_row, gold
 from tests.fakes.llm_server import DEFAULT_MODEL, FakeChat, last_user_text
 
 PUBMED = PubmedConfig(engine="local", medline=["."])
@@ -56,9 +57,55 @@ def by_headline(table: pa.Table) -> dict[str, dict[str, Any]]:
     return {r.get("headline") or r["url"]: r for r in table.to_pylist()}
 
 
+INGEST = pa.schema(
+    [
+        *(
+            pa.field(n, pa.string(), nullable=False)
+            for n in ("page_id", "url", "site", "fetched_at", "sha256")
+        ),
+        pa.field("html", pa.large_string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+    ]
+)
+
+
+def saved_pages() -> list[dict[str, Any]]:
+    """The 14 saved pages as ingest rows (URL on gold's site host)."""
+    rows = []
+    for g in gold():
+        raw = (NEWS / g["file"]).read_bytes()
+        url = f"https://{g['site_host']}/{g['file'].removesuffix('.html')}"
+        rows.append(
+            {
+                "page_id": hashlib.sha256(url.encode()).hexdigest()[:16],
+                "url": url,
+                "site": g["site_host"],
+                "fetched_at": "2025-01-01T00:00:00Z",
+                "sha256": hashlib.sha256(raw).hexdigest(),
+                "html": raw.decode("utf-8"),
+                "source": g["file"],
+            }
+        )
+    return rows
+
+
 @pytest.fixture(scope="module")
-def gold_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return run_pages(tmp_path_factory.mktemp("single"), gold_rows())
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    """The saved pages through extract, journal_links and single_study."""
+    root = tmp_path_factory.mktemp("single")
+    ingest = artifact_of(root, "ingest", pa.Table.from_pylist(saved_pages(), schema=INGEST))
+    extract = run_one(root, EXTRACT_SPEC, ExtractConfig(), {"ingest": ingest})
+    assert extract.artifact.excluded().num_rows == 0
+    links = run_one(root, LINKS, JournalLinksConfig(), {"extract": extract.artifact})
+    single = run_one(
+        root, SPEC, SingleStudyConfig(pubmed=PUBMED), {"journal_links": links.artifact}, base_dir=MEDLINE
+    )
+    return links, single
+
+
+@pytest.fixture(scope="module")
+def gold_run(real_run: tuple[Any, Any]) -> Any:
+    return real_run[1]
 
 
 def test_every_gold_claim_page_is_kept_with_one_work_and_the_gold_pmid(gold_run: Any) -> None:
@@ -80,42 +127,8 @@ def test_every_gold_claim_page_is_kept_with_one_work_and_the_gold_pmid(gold_run:
     assert kept["p10"]["decision"].startswith("one cited work (pmid:31839552")
 
 
-INGEST = pa.schema(
-    [
-        *(
-            pa.field(n, pa.string(), nullable=False)
-            for n in ("page_id", "url", "site", "fetched_at", "sha256")
-        ),
-        pa.field("html", pa.large_string(), nullable=False),
-        pa.field("source", pa.string(), nullable=False),
-    ]
-)
-
-
-def test_the_real_pages_through_extract_journal_links_and_single_study(tmp_path: Path) -> None:
-    """The 14 saved pages as ingest rows (URL on gold's site host), then the three stages."""
-    rows = []
-    for g in gold():
-        raw = (NEWS / g["file"]).read_bytes()
-        url = f"https://{g['site_host']}/{g['file'].removesuffix('.html')}"
-        rows.append(
-            {
-                "page_id": hashlib.sha256(url.encode()).hexdigest()[:16],
-                "url": url,
-                "site": g["site_host"],
-                "fetched_at": "2025-01-01T00:00:00Z",
-                "sha256": hashlib.sha256(raw).hexdigest(),
-                "html": raw.decode("utf-8"),
-                "source": g["file"],
-            }
-        )
-    ingest = artifact_of(tmp_path, "ingest", pa.Table.from_pylist(rows, schema=INGEST))
-    extract = run_one(tmp_path, EXTRACT_SPEC, ExtractConfig(), {"ingest": ingest})
-    assert extract.artifact.excluded().num_rows == 0
-    links = run_one(tmp_path, LINKS, JournalLinksConfig(), {"extract": extract.artifact})
-    single = run_one(
-        tmp_path, SPEC, SingleStudyConfig(pubmed=PUBMED), {"journal_links": links.artifact}, base_dir=MEDLINE
-    )
+def test_the_real_pages_through_extract_journal_links_and_single_study(real_run: tuple[Any, Any]) -> None:
+    links, single = real_run
     outcome = {r["url"].rsplit("/", 1)[1][:3]: r["reason"] for r in links.artifact.excluded().to_pylist()}
     outcome |= {r["url"].rsplit("/", 1)[1][:3]: r["reason"] for r in single.artifact.excluded().to_pylist()}
     kept = by_file(single.artifact.read())
@@ -172,6 +185,39 @@ def test_the_rules_one_by_one(tmp_path: Path) -> None:
     undecided = excluded[rows[6]["url"]]
     assert (undecided["reason"], undecided["decided_by"]) == ("undecided", "unrelated_works")
     assert undecided["detail"] == "2 works not one series (pmid:31839659, pmid:31839789)"
+
+
+def test_what_the_page_says_tells_a_report_from_a_citation(tmp_path: Path) -> None:
+    passing = "Previous studies have linked poor sleep to heart disease."
+    reporting = "The trial, published this week in JAMA, followed 1,200 adults."
+    product = extract_row("Our best-selling sleep tracker", [pubmed("31839957")])
+    product["page_types"] = ["product"]
+    listicle = extract_row("How to sleep better tonight", [pubmed("31839957")])
+    listicle["headings"] = [f"{i}. Tip number {i}" for i in range(1, 6)]
+    # Two works: the reported one and one background citation (the anchors differ).
+    two = extract_row("Night shifts raise blood pressure, trial finds", [pubmed("31839957"), EARLOBE])
+    two["links"][0]["context"] = reporting
+    two["links"][1]["context"] = passing
+    rows = [
+        extract_row("Why sleep matters", [pubmed("31839957")], context=passing),
+        extract_row("Sleep and the heart", [pubmed("31839957")], context="See also the link."),
+        product,
+        listicle,
+        two,
+    ]
+    outcome = run_pages(tmp_path, rows)
+    kept, excluded = by_headline(outcome.artifact.read()), by_headline(outcome.artifact.excluded())
+    decided = {r["url"]: (r["reason"], r["decided_by"]) for r in excluded.values()}
+    assert decided[rows[0]["url"]] == ("not_a_report", "cited_in_passing")
+    assert decided[rows[1]["url"]] == ("undecided", "no_report_cue")  # neither: the LLM's question
+    assert decided[rows[2]["url"]] == ("not_a_report", "page_kind")
+    assert "'product'" in excluded[rows[2]["url"]]["detail"]
+    assert decided[rows[3]["url"]] == ("not_a_report", "page_kind")
+    assert "listicle: 5 numbered section headings" in excluded[rows[3]["url"]]["detail"]
+    reported = kept["Night shifts raise blood pressure, trial finds"]
+    assert (reported["decided_by"], reported["works"]) == ("reported_work", 2)
+    assert [c["id_value"] for c in reported["cited"]] == ["31839957"]  # the background one is not cited
+    assert "reporting words" in reported["decision"]
 
 
 def test_max_works_is_config(tmp_path: Path) -> None:
@@ -339,3 +385,28 @@ def test_bad_settings_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"no prompt file 'absent\.md'"):
         load_prompt(tmp_path, "absent.md")
     assert decide("A page", [], {}, SingleStudyConfig().max_works).rule == "no_works"
+
+
+@pytest.mark.slow
+@needs_llama
+@needs_gemma
+def test_the_embedded_model_decides_undecided_pages_and_its_verdict_is_stored(tmp_path: Path) -> None:
+    """The demo's LLM path (flows/configs/crossgenre-real-pages.yaml): Gemma 3 270M behind
+    llama.cpp's server. Its verdicts may be wrong; every undecided page gets one, with a reason."""
+    rows = [
+        extract_row("Sleep and the heart", [pubmed("31839957")], context="See the link."),
+        extract_row("An old heart sign gets a second look", [EARLOBE, WATER]),
+    ]
+    llm = LLMConfig(engine="llama-cpp", sampling={"temperature": 0, "max_tokens": 120}, max_invalid_retries=0)
+    try:
+        outcome = run_pages(tmp_path, rows, llm=llm)
+    finally:
+        close_local_servers()
+    kept, excluded = outcome.artifact.read().to_pylist(), outcome.artifact.excluded().to_pylist()
+    assert len(kept) + len(excluded) == 2
+    for row in kept:
+        assert row["decided_by"] == "llm" and row["decision"]  # the model's reason
+    for row in excluded:
+        assert row["decided_by"] == "llm"
+        assert row["reason"] in ("multiple_studies", "invalid_reply", "truncated")
+        assert row["detail"] or row["raw_reply"]

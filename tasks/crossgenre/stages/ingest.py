@@ -156,7 +156,7 @@ def decode(data: bytes, charset: str | None) -> str:
         return data.decode("utf-8", errors="replace").lstrip("\ufeff")
 
 
-def _page_row(raw: RawPage, row: dict[str, Any]) -> dict[str, Any]:
+def page_row(raw: RawPage, row: dict[str, Any]) -> dict[str, Any]:
     html = decode(raw.data, raw.charset)
     url, site = raw.url, news.host_of(raw.url) if raw.url else ""
     if url is None:
@@ -192,7 +192,7 @@ def process(chunk: pa.Table, ctx: StageContext[IngestConfig]) -> ChunkResult:
                 url = err.url or row["url"] or (row["source"] if "://" in row["source"] else None)
                 excluded.append(_excluded(err.reason, err.detail, row, url, page_id(url) if url else None))
                 continue
-            kept.append(_page_row(raw, row))
+            kept.append(page_row(raw, row))
     finally:
         _close(fetcher)
     requests = float(fetcher.requests) if fetcher is not None else 0.0

@@ -105,21 +105,24 @@ EXCLUDED_SCHEMA = exclusion_schema(pa.field("page_id", _S, nullable=False), pa.f
 _INPUT_COLUMNS = [f.name for f in PAGE_FIELDS] + ["links", "identifiers"]
 
 
-def _paths(ctx: StageContext[JournalLinksConfig]) -> tuple[Path, Path]:
-    config = ctx.config
-    metapub = ctx.base_dir / config.metapub_dir if config.metapub_dir else METAPUB_DIR
-    curated = ctx.base_dir / config.curated_file if config.curated_file else CURATED_FILE
+def _paths(config: JournalLinksConfig, base_dir: Path) -> tuple[Path, Path]:
+    metapub = base_dir / config.metapub_dir if config.metapub_dir else METAPUB_DIR
+    curated = base_dir / config.curated_file if config.curated_file else CURATED_FILE
     return metapub, curated
 
 
-def domains_for(ctx: StageContext[JournalLinksConfig]) -> DomainList:
+def domains_for_config(config: JournalLinksConfig, base_dir: Path) -> DomainList:
     """The configured domain list (files + ``extra_domains`` − ``exclude_domains``)."""
-    metapub, curated = _paths(ctx)
-    return load_domains(metapub, curated, ctx.config.extra_domains, ctx.config.exclude_domains)
+    metapub, curated = _paths(config, base_dir)
+    return load_domains(metapub, curated, config.extra_domains, config.exclude_domains)
+
+
+def domains_for(ctx: StageContext[JournalLinksConfig]) -> DomainList:
+    return domains_for_config(ctx.config, ctx.base_dir)
 
 
 def inputs(ctx: StageContext[JournalLinksConfig]) -> dict[str, Any]:
-    out: dict[str, Any] = {"domain_files": describe_domains(*_paths(ctx))}
+    out: dict[str, Any] = {"domain_files": describe_domains(*_paths(ctx.config, ctx.base_dir))}
     if ctx.config.landing_pages is not None:  # landing pages change: a new fetch day, a new artifact
         out["landing_fetch_day"] = fetch_day(ctx.config.landing_pages)
     return out
@@ -186,7 +189,7 @@ def _no_link_detail(outbound: list[str], skipped: list[Skipped]) -> str:
     return detail
 
 
-def _judged(
+def judge_page(
     row: dict[str, Any], domains: DomainList, pages: LandingPages | None
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """A page's kept row, or its excluded row (``pages``: landing pages looked up, or not)."""
@@ -214,7 +217,7 @@ def process(chunk: pa.Table, ctx: StageContext[JournalLinksConfig]) -> ChunkResu
     landing = ctx.config.landing_pages
     pages = LandingPages(landing, ctx.cache_dir) if landing is not None else None
     try:
-        judged = [_judged(row, domains, pages) for row in chunk.to_pylist()]
+        judged = [judge_page(row, domains, pages) for row in chunk.to_pylist()]
     finally:
         if pages is not None:
             pages.close()

@@ -11,7 +11,7 @@ and decided by the rules of :func:`tasks.crossgenre.works.decide`, each naming i
 Kept: journal_links' columns plus ``works``, ``cited`` (one entry per kept work: the PMID
 when resolved — ``id_kind: pmid`` —, else the reference's own identifier, or ``id_kind: url``
 with the URL for a journal link without one), ``decided_by`` and ``decision``. Excluded:
-``roundup``, ``multiple_studies``, ``undecided`` and the LLM's ``invalid_reply`` /
+``roundup``, ``not_a_report``, ``multiple_studies``, ``undecided`` and the LLM's ``invalid_reply`` /
 ``truncated`` / ``request_failed`` (with the raw reply).
 """
 
@@ -39,7 +39,7 @@ from tasks.common.llm.stage import LLMCalls, llm_cost, llm_resources
 from tasks.common.pubmed.config import PubmedConfig, describe_pubmed, pubmed_source
 from tasks.crossgenre.single_study_llm import DEFAULT_PROMPT, ask_llm, load_prompt
 from tasks.crossgenre.stages.journal_links import SCHEMA as LINKS_SCHEMA
-from tasks.crossgenre.works import decide, lookup_works, works_text
+from tasks.crossgenre.works import PageSigns, decide, lookup_works, works_text
 
 
 class SingleStudyConfig(StrictModel):
@@ -111,8 +111,10 @@ def process(chunk: pa.Table, ctx: StageContext[SingleStudyConfig]) -> ChunkResul
         page_works, records = lookup_works(source, [row["study_links"] for row in rows])
     kept, excluded, undecided = [], [], []
     for page, works in zip(rows, page_works, strict=True):
-        verdict = decide(page["headline"], works, records, config.max_works, config.roundup_patterns)
-        row = {**page, "works": len(works), "cited": [w.cited() for w in works], "decided_by": verdict.rule}
+        signs = PageSigns(page["page_types"] or (), page["headings"] or ())
+        verdict = decide(page["headline"], works, records, config.max_works, config.roundup_patterns, signs)
+        chosen = [works[i] for i in verdict.reported] or works
+        row = {**page, "works": len(works), "cited": [w.cited() for w in chosen], "decided_by": verdict.rule}
         if verdict.keep:
             kept.append({**row, "decision": verdict.why})
         elif verdict.keep is None and config.llm is not None:
@@ -135,7 +137,7 @@ def process(chunk: pa.Table, ctx: StageContext[SingleStudyConfig]) -> ChunkResul
 
 SPEC: StageSpec[SingleStudyConfig] = StageSpec(
     name="single_study",
-    version=1,
+    version=2,  # 2: report evidence, page kinds, a reported work among cited ones (issue 27)
     config_type=SingleStudyConfig,
     upstream=("journal_links",),
     schema=SCHEMA,

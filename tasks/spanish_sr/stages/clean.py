@@ -31,12 +31,10 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from functools import cache
 from typing import Any
 
 import ftfy
 import pyarrow as pa
-from py3langid.langid import MODEL_FILE, LanguageIdentifier  # type: ignore[import-untyped]
 from pydantic import Field, field_validator
 from rapidfuzz.distance import Levenshtein
 
@@ -49,6 +47,7 @@ from irforge.stage import (
     rows_to_table,
     upstream_source,
 )
+from tasks.common.text.language_id import detect
 from tasks.common.text.variants import clusters, normalise, similar_pairs
 from tasks.spanish_sr.language import PROFILES, is_placeholder
 from tasks.spanish_sr.stages.ingest import LOCATION
@@ -119,17 +118,6 @@ def repair(text: str) -> tuple[str, bool]:
             except (UnicodeEncodeError, UnicodeDecodeError):
                 continue
     return fixed, bool(BROKEN.search(fixed))
-
-
-@cache
-def _identifier() -> LanguageIdentifier:
-    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-
-
-def detect(text: str) -> tuple[str, float]:
-    """py3langid's language and probability (normalised over its 97 languages)."""
-    lang, prob = _identifier().classify(text)
-    return str(lang), float(prob)
 
 
 def _check(row: dict[str, Any], config: CleanConfig) -> tuple[str, str] | None:

@@ -1,0 +1,1 @@
+"""``irforge quality crossgenre``: the page stages scored on a labelled folder of real pages."""

@@ -1,0 +1,145 @@
+"""Does a page *report* the work it links, or only cite it? The ``single_study`` stage's
+evidence (paper 003 §2 kept "articles reporting on one study"; a page that merely cites a
+paper is not one — issue 27).
+
+What the page itself says, in the words of English, German, French, Spanish, Italian,
+Portuguese and Dutch news:
+
+- **reporting words** around a link (extract's ``context``: the paragraph it sits in, or the
+  block of a "Source" / "Journal reference" box): "published in", "a new study",
+  "researchers found", "veröffentlicht im Fachjournal", "publiée dans", "publicado en" …;
+- **background words** that mark a citation in passing: "previous studies", "has been
+  shown", "frühere Studien", "des études antérieures", "estudios previos" …;
+- **the headline's subject**: the link's paragraph shares content words with the headline;
+- **what the page declares itself**: ``og:type`` / JSON-LD ``@type`` of a product, recipe,
+  FAQ or how-to page, and a listicle's numbered section headings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+_REPORTING = re.compile(
+    r"|".join(
+        [
+            # English
+            r"\bpublish(?:ed|es|ing)?\b",
+            r"\b(?:appears?|appeared|reported|described|detailed|outlined)\s+in\b",
+            r"\bnew\s+(?:study|research|paper|analysis|trial|findings|report|review)\b",
+            r"\b(?:recent|latest|this|the)\s+(?:study|research|paper|trial|analysis|review|findings)\b",
+            r"\b(?:researchers|scientists|investigators|authors|team)\s+(?:found|find|report|say|said|show|"
+            r"showed|discovered|conclude[ds]?|write|wrote)\b",
+            r"\baccording\s+to\s+(?:the|a|their)\s+(?:new\s+)?(?:study|paper|research|report|findings)\b",
+            r"\b(?:journal|study|source|original)\s+(?:reference|article|paper)\b",
+            r"^\s*(?:source|sources|study|paper|reference|citation|more\s+information|read\s+the\s+study)\s*:",
+            r"\bstudy\s+(?:finds|found|shows|showed|suggests|suggested|reveals|revealed)\b",
+            # German
+            r"\b(?:veröffentlicht|publiziert|erschienen)\b",
+            r"\b(?:im|in\s+der|in\s+dem)\s+(?:Fachjournal|Fachmagazin|Fachzeitschrift|Journal|Magazin)\b",
+            r"\b(?:neue|aktuelle|jüngste|vorliegende|diese)n?\s+Studie\b",
+            r"\b(?:Forscher(?:innen)?|Wissenschaftler(?:innen)?|Forschende)\s+(?:haben|fanden|berichten|zeigen|"
+            r"stellten|entdeckten)\b",
+            r"^\s*(?:Quelle|Quellen|Originalpublikation|Originalarbeit|Zur\s+Studie|Studie)\s*:",
+            # French
+            r"\b(?:publiée?s?|parue?s?)\s+(?:dans|par|le|cette)\b",
+            r"\b(?:nouvelle|récente|cette)\s+étude\b",
+            r"\b(?:chercheurs|scientifiques)\s+(?:ont|montrent|rapportent)\b",
+            r"^\s*(?:Source|Publication\s+originale|Étude)\s*:",
+            # Spanish / Portuguese / Italian
+            r"\bpublicad[oa]s?\s+(?:en|na|no|pela|por)\b|\bpubblicat[oa]\s+(?:su|in|sulla)\b",
+            r"\b(?:nuevo|reciente|este|novo|recente|nuovo)\s+(?:estudio|estudo|studio)\b",
+            r"\b(?:investigadores|pesquisadores|ricercatori|científicos)\s+(?:han|descubrieron|encontraron|"
+            r"descobriram|hanno)\b",
+            r"^\s*(?:Fuente|Fonte|Estudio|Estudo)\s*:",
+            # Dutch
+            r"\b(?:gepubliceerd|verschenen)\s+in\b|\bnieuwe\s+studie\b",
+        ]
+    ),
+    re.IGNORECASE | re.MULTILINE,
+)
+_BACKGROUND = re.compile(
+    r"|".join(
+        [
+            r"\b(?:previous|prior|earlier|past|older|other|existing|many|several|numerous)\s+"
+            r"(?:studies|research|work|papers|trials|findings)\b",
+            r"\b(?:has|have)\s+(?:long\s+)?been\s+(?:shown|linked|found|associated|documented)\b",
+            r"\bstudies\s+(?:have|has)\s+(?:shown|found|linked|suggested)\b",
+            r"\b(?:a|an|one)\s+(?:19|20)\d\d\s+(?:study|paper|review|trial)\b",
+            r"\bfrühere[nr]?\s+Studien?\b|\bbisherige[nr]?\s+Studien?\b|\bzahlreiche\s+Studien\b",
+            r"\bétudes\s+(?:antérieures|précédentes)\b|\bde\s+nombreuses\s+études\b",
+            r"\bestudios\s+(?:previos|anteriores)\b|\bnumerosos\s+estudios\b",
+        ]
+    ),
+    re.IGNORECASE,
+)
+NOT_REPORT_TYPES = frozenset(
+    {"product", "recipe", "faqpage", "howto", "itemlist", "qapage", "profilepage", "course", "event",
+     "jobposting", "og:product", "product.item", "books.book", "video.movie", "music.song"}
+)  # fmt: skip
+_NUMBERED = re.compile(
+    r"^\s*(?:#\s*)?\d{1,2}\s*[.):–—-]\s*\S|^\s*(?:no\.|nr\.|n°)\s*\d{1,2}\b", re.IGNORECASE
+)
+_WORD = re.compile(r"[^\W\d_]{4,}", re.UNICODE)
+MIN_LISTICLE_ITEMS = 4
+MIN_SHARED_WORDS = 2
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a page says of one cited work: ``score`` ≥ :data:`REPORTED` reads as reported."""
+
+    score: int
+    why: tuple[str, ...]
+
+    @property
+    def reported(self) -> bool:
+        return self.score >= REPORTED
+
+    def text(self) -> str:
+        return "; ".join(self.why) or "no reporting or background words near its links"
+
+
+REPORTED = 2
+
+
+def _words(text: str) -> set[str]:
+    return {w.casefold() for w in _WORD.findall(text)}
+
+
+def page_kind(page_types: Sequence[str], headings: Sequence[str]) -> str | None:
+    """Why the page is not a news report by what it declares or how it is built, or None."""
+    declared = [t for t in page_types if t.strip().casefold() in NOT_REPORT_TYPES]
+    if declared:
+        return f"the page declares itself {declared[0]!r} (og:type / JSON-LD)"
+    numbered = [h for h in headings if _NUMBERED.match(h)]
+    if len(numbered) >= MIN_LISTICLE_ITEMS:
+        return f"a listicle: {len(numbered)} numbered section headings ({numbered[0][:40]!r} …)"
+    return None
+
+
+def work_evidence(refs: Iterable[Mapping[str, Any]], headline: str) -> Evidence:
+    """The evidence that a page reports the work whose references are ``refs``."""
+    score = 0
+    why: list[str] = []
+    headline_words = _words(headline)
+    contexts = []
+    for ref in refs:
+        block, context = ref.get("block") or "main", ref.get("context") or ""
+        text = f"{ref.get('anchor') or ''}\n{context}"
+        contexts.append(text)
+        if block == "metadata":
+            score, why = score + REPORTED, [*why, "the page's metadata names it as its source"]
+        elif block == "reference" and _REPORTING.search(context):
+            score, why = score + REPORTED, [*why, "in a source / journal-reference block"]
+    joined = "\n".join(contexts)
+    if (found := _REPORTING.search(joined)) and not any("block" in w for w in why):
+        score, why = score + REPORTED, [*why, f"reporting words {found.group().strip()!r} near it"]
+    if background := _BACKGROUND.search(joined):
+        score, why = score - REPORTED, [*why, f"background words {background.group().strip()!r} near it"]
+    shared = headline_words & _words(joined)
+    if len(shared) >= MIN_SHARED_WORDS:
+        score, why = score + 1, [*why, f"its paragraph shares {len(shared)} words with the headline"]
+    return Evidence(score, tuple(why))
