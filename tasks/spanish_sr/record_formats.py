@@ -5,6 +5,7 @@ described in ``tasks/spanish_sr/records.py``."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,14 @@ from tasks.spanish_sr.records import (
 
 
 def read_file(
-    path: Path, data: bytes, fmt: Format, fields: FieldMap, encoding: str | None, *, display: str
+    path: Path,
+    data: bytes,
+    fmt: Format,
+    fields: FieldMap,
+    encoding: str | None,
+    *,
+    display: str,
+    delimiter: str | None = None,
 ) -> FileRead:
     """Every record of one file (``display``: its name in messages). Raises :class:`Unreadable`,
     or ConfigError for a mapped column or key the whole file lacks."""
@@ -49,7 +57,7 @@ def read_file(
         return FileRead(fmt, None, list(_bioc(data, fields)))
     text, used = decode(data, encoding)
     readers: dict[str, Callable[[], list[Record]]] = {
-        "csv": lambda: _tabular(shown, _csv_rows(text), fields),
+        "csv": lambda: _tabular(shown, _csv_rows(text, delimiter), fields),
         "ris": lambda: list(_ris(text, fields)),
         "json": lambda: _json_list(shown, text, fields),
         "jsonl": lambda: _json_lines(shown, text, fields),
@@ -146,9 +154,30 @@ def _bioc(data: bytes, fields: FieldMap) -> Iterator[Record]:
         yield Record(number, normalised(_bioc_fields(doc, names), fields.descriptor_separator))
 
 
+_PASSAGE_INFONS = (
+    "type",
+    "section",
+    "section_type",
+)  # PubTator/PMC: type; SciELO: section; PMC: section_type
+_SAME_KIND = {"title": ("front", "article-title", "título", "titulo"), "abstract": ("resumen", "resumo")}
+
+
+def _passage_text(passage: bioc.BioCPassage) -> str:
+    """A passage's text, or its sentences' when it keeps the text there (SciELO)."""
+    if passage.text:
+        return str(passage.text)
+    return " ".join(s.text for s in passage.sentences if s.text)
+
+
 def _bioc_fields(doc: bioc.BioCDocument, names: dict[str, str]) -> dict[str, Any]:
     def passages(kind: str) -> str | None:
-        texts = [p.text for p in doc.passages if p.infons.get("type") == kind and p.text]
+        wanted = {kind.casefold(), *_SAME_KIND.get(kind.casefold(), ())}
+        texts = [
+            text
+            for p in doc.passages
+            if any(str(p.infons.get(k, "")).strip().casefold() in wanted for k in _PASSAGE_INFONS)
+            and (text := _passage_text(p))
+        ]
         return "\n".join(texts) or None
 
     infons = {**doc.passages[0].infons, **doc.infons}
@@ -175,8 +204,20 @@ def _medline(path: Path) -> Iterator[Record]:
             yield Record(item.number, reason="malformed_record", detail=f"{item.reason}: {item.detail}")
 
 
+_PUBLIC_TITLE = re.compile(r"^T[íi]tulo\s+p[úu]blico\s*:\s*(.+)$", re.IGNORECASE)
+_REGISTRY_LINE = re.compile(r"^(?:EudraCT|N[º°o]\s*EudraCT)\b[^:]*:", re.IGNORECASE)
+
+
 def _brat(path: Path, text: str) -> Record:
+    """A CT-EBM-SP text: an abstract's first line is its title; a trial announcement
+    (``EudraCT Nº: …`` first) has its title on the ``Título público:`` line."""
     lines = [s for line in text.splitlines() if (s := line.strip())]
     stem = path.name.split(".")[0]
-    raw = {"id": stem, "title": lines[0] if lines else None, "abstract": "\n".join(lines[1:])}
+    public = next((i for i, line in enumerate(lines) if _PUBLIC_TITLE.match(line)), None)
+    if public is not None and lines and _REGISTRY_LINE.match(lines[0]):
+        title = _PUBLIC_TITLE.match(lines[public]).group(1).strip()  # type: ignore[union-attr]
+        rest = [line for i, line in enumerate(lines) if i not in (0, public)]
+        raw = {"id": stem, "title": title, "abstract": "\n".join(rest)}
+    else:
+        raw = {"id": stem, "title": lines[0] if lines else None, "abstract": "\n".join(lines[1:])}
     return Record(1, normalised(raw, "\x00"))

@@ -2,7 +2,8 @@
 
 Formats and their default field names (a source's ``field_map`` overrides any of them):
 
-- ``xlsx`` (openpyxl, read-only, first sheet) and ``csv`` (delimiter sniffed among ``,;\\t``):
+- ``xlsx`` (openpyxl, read-only, first sheet) and ``csv`` (delimiter: the source's
+  ``delimiter``, else the one of ``, ; tab |`` that splits the first rows most consistently):
   a header row, then one record per row, numbered as a spreadsheet shows it (header = 1).
   Defaults are the column names of a LILACS/BVS export (https://pesquisa.bvsalud.org/,
   "Export" → CSV): ``ID``, ``Title``, ``Abstract``, ``Language``, ``Publication year``,
@@ -18,7 +19,9 @@ Formats and their default field names (a source's ``field_map`` overrides any of
   ``id``, ``title``, ``abstract``, ``language``, ``year``, ``doi``, ``descriptors``
   (a dotted name reaches into nested objects);
 - ``bioc`` (BioC XML, ``bioc``): one record per document, its id the document id; title and
-  abstract are the passages whose ``type`` infon is ``title`` and ``abstract``; the other
+  abstract are the passages whose ``type``, ``section`` (SciELO) or ``section_type`` (PMC)
+  infon is ``title`` and ``abstract`` (any case), their text the passage's ``<text>`` or else
+  its ``<sentence>`` texts (SciELO keeps it there); the other
   fields are document (else first passage) infons ``language``, ``year``,
   ``article-id_doi``, ``kwd``;
 - ``medline`` (MEDLINE/PubMed XML, :mod:`tasks.common.pubmed.medline`): PMID, title,
@@ -33,6 +36,7 @@ Spanish latin-1 as cp1250, turning "ñ" into "ń"). What each file was read as i
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import re
@@ -202,14 +206,38 @@ def _xlsx_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
         book.close()
 
 
-def _csv_rows(text: str) -> Iterator[tuple[int, list[Any]]]:
-    """Rows of RFC 4180 CSV (``""`` inside quotes is a quote); only the delimiter is sniffed:
-    ``csv.Sniffer`` also guesses ``doublequote``, and guesses False on real exports, which
-    splits every quoted cell that holds an escaped quote."""
-    try:
-        delimiter = csv.Sniffer().sniff(text[:8192], delimiters=",;\t").delimiter
-    except csv.Error:
-        delimiter = ","
+DELIMITERS = (",", ";", "\t", "|")
+_SNIFF_ROWS = 50
+
+
+def sniff_delimiter(text: str) -> str:
+    """The delimiter that splits the first rows into the header's number of columns most
+    consistently (then: into most columns). ``csv.Sniffer`` falls back to guessing on
+    unquoted exports whose abstracts hold commas; here each candidate is tried by parsing."""
+    sample = text[:262144]
+    best: tuple[float, int, str] = (0.0, 0, ",")
+    for delimiter in DELIMITERS:
+        reader = csv.reader(io.StringIO(sample, newline=""), csv.excel, delimiter=delimiter)
+        rows: list[list[str]] = []
+        with contextlib.suppress(csv.Error):
+            for row in reader:
+                if any(cell.strip() for cell in row):
+                    rows.append(row)
+                if len(rows) > _SNIFF_ROWS:
+                    break
+        if not rows or len(rows[0]) < 2:
+            continue
+        body = rows[1:-1] if len(rows) > 2 else rows[1:]  # the last row may be cut by the sample
+        same = sum(len(r) == len(rows[0]) for r in body) / len(body) if body else 1.0
+        best = max(best, (same, len(rows[0]), delimiter))
+    return best[2]
+
+
+def _csv_rows(text: str, delimiter: str | None = None) -> Iterator[tuple[int, list[Any]]]:
+    """Rows of RFC 4180 CSV (``""`` inside quotes is a quote) split by ``delimiter``, else by
+    the one :func:`sniff_delimiter` finds (``csv.Sniffer`` also guesses ``doublequote``, and
+    guesses False on real exports, which splits every quoted cell that holds an escaped quote)."""
+    delimiter = delimiter or sniff_delimiter(text)
     reader = csv.reader(io.StringIO(text, newline=""), csv.excel, delimiter=delimiter, strict=True)
     number = 0
     try:
@@ -266,7 +294,11 @@ def _columns(path: Path, header: list[str], fields: FieldMap) -> dict[str, int]:
             if found:
                 out[name] = found[0]
     if "title" not in out and "abstract" not in out:
-        raise ConfigError(f"{path}: no title or abstract column in the header; set field_map")
+        seen = " | ".join(header)[:200]
+        raise ConfigError(
+            f"{path}: no title or abstract column in the header it read ({len(header)} column(s): {seen}); "
+            "set field_map, or delimiter if the columns were split wrongly"
+        )
     return out
 
 

@@ -174,9 +174,9 @@ def test_quality_command_exits_1_under_a_floor_with_the_summary_last(tmp_path: P
 
 
 def test_quality_command_refuses_other_flows() -> None:
-    result = CliRunner().invoke(app, ["quality", "crossgenre"])
+    result = CliRunner().invoke(app, ["quality", "spanish_sr"])
     assert result.exit_code == 2
-    assert "only the cure flow" in result.output
+    assert "'spanish_sr' has no labelled set" in result.output
 
 
 def test_blocks_option_lists_a_file_for_labelling(tmp_path: Path) -> None:

@@ -222,3 +222,71 @@ def test_english_profile_on_medline(tmp_path: Path) -> None:
 def test_a_language_without_profile_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"language: Value error, no language profile 'xx'"):
         validate_config(CleanConfig, {"language": "xx"}, "test")
+
+
+def test_no_survivor_gives_an_empty_artifact_every_exclusion_and_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    records = [
+        {"id": "p1", "title": "Uno", "abstract": "Sin resumen"},
+        {"id": "p2", "title": "Dos"},  # title only
+        {"id": "p3", "title": "Tres", "abstract": "No disponible."},
+    ]
+    write_jsonl(tmp_path, "none.jsonl", records)
+    with caplog.at_level("WARNING", logger="irforge"):
+        outcome = clean(tmp_path, ingest(tmp_path, tmp_path, "none.jsonl"))
+    assert outcome.artifact.read().num_rows == 0
+    assert sorted(r["record_id"] for r in outcome.artifact.excluded().to_pylist()) == ["p1", "p2", "p3"]
+    [line] = [r.getMessage() for r in caplog.records if "kept none" in r.getMessage()]
+    assert line == "spanish_sr/clean kept none of its 3 units; excluded: no_abstract 3"
+
+
+TRIAL = """EudraCT Nº:  2015-000290-12
+
+Título público:  Ensayo clínico para comparar la transformación del endometrio con 25 mg/día de progesterona subcutánea versus 50 mg/día intramuscular.
+
+Título científico:  Ensayo clínico randomizado comparando la transformación endometrial con progesterona subcutánea e intramuscular.
+
+Indicación pública:  Infertilidad. Técnica de Reproducción Asistida.
+
+Criterios de inclusión:
+Edad de la mujer entre 18 años y 34 años (ambos inclusive)
+Grosor endometrial mayor de 7 mm el día del inicio del tratamiento con progesterona
+"""
+
+
+def test_a_trial_announcement_takes_its_public_title_and_an_identifier_title_is_excluded(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "brat").mkdir()
+    (tmp_path / "brat" / "2015-000290-12.txt").write_text(TRIAL, encoding="utf-8")
+    [row] = ingest(tmp_path, tmp_path, "brat").artifact.read().to_pylist()
+    assert row["title"].startswith("Ensayo clínico para comparar la transformación del endometrio")
+    assert "EudraCT" not in row["abstract"] and row["abstract"].startswith("Título científico:")
+    records = [
+        {"id": "i1", "title": "EudraCT Nº: 2015-000290-12", "abstract": row["abstract"]},
+        {"id": "i2", "title": "NCT01234567", "abstract": row["abstract"]},
+    ]
+    write_jsonl(tmp_path, "ids.jsonl", records)
+    outcome = clean(tmp_path / "ids", ingest(tmp_path / "ids", tmp_path, "ids.jsonl"))
+    reasons = {r["record_id"]: (r["reason"], r["detail"]) for r in outcome.artifact.excluded().to_pylist()}
+    assert reasons["i1"] == (
+        "title_is_identifier",
+        "ids.jsonl#1 (i1): the title is an identifier: 'EudraCT Nº: 2015-000290-12'",
+    )
+    assert reasons["i2"][0] == "title_is_identifier"
+
+
+def test_a_long_title_of_several_sentences_is_no_abstract(tmp_path: Path) -> None:
+    records = [
+        {
+            "id": "c1",
+            "title": "Enfermedad de Castleman. Reporte de 14 casos y revisión de la literatura. "
+            "Experiencia de un hospital general de la Ciudad de México durante diez años.",
+        },
+        {"id": "a1", "title": "Objetivo: medir la caries. Métodos: estudio transversal. Resultados: 12 %."},
+    ]
+    write_jsonl(tmp_path, "titles.jsonl", records)
+    outcome = clean(tmp_path, ingest(tmp_path, tmp_path, "titles.jsonl"))
+    reasons = {r["record_id"]: r["reason"] for r in outcome.artifact.excluded().to_pylist()}
+    assert reasons == {"c1": "no_abstract", "a1": "title_is_abstract"}

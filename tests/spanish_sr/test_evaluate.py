@@ -29,7 +29,7 @@ TINY = {
     "train_dense": {"max_seq_length": 32, "epochs": 1},
     "hybrid": {"top_n": 30},
     "train_rerank": {"list_size": 3, "max_length": 48, "max_train_lists": 8},
-    "evaluate": {"rerank_depth": 5, "depth": 1000, "runs_depth": 1000},
+    "evaluate": {"rerank_depth": 5, "depth": 1000},  # runs_depth left at its default: depth
 }
 
 

@@ -122,6 +122,41 @@ def test_latin1_bvs_csv_is_decoded_and_mapped(tmp_path: Path) -> None:
     assert entry["encoding"] == "cp1252"  # latin-1 bytes of Spanish text: cp1252 reads them alike
 
 
+ABSTRACT_WITH_COMMAS = (
+    "Objetivo: describir, en niños de 6 a 12 años, la prevalencia de caries, gingivitis y "
+    "maloclusión. Métodos: estudio transversal, con 412 escolares, examen clínico y encuesta. "
+) * 40  # real-sized (about 7,000 characters): csv.Sniffer gives up on a sample of such rows
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t", "|"])
+def test_unquoted_exports_with_commas_in_abstracts_split_on_their_own_delimiter(
+    tmp_path: Path, delimiter: str
+) -> None:
+    lines = [
+        delimiter.join(["ID", "Title", "Abstract", "Language", "Publication year"]),
+        delimiter.join(["lil-1", "Caries en escolares", ABSTRACT_WITH_COMMAS, "es", "2019"]),
+        delimiter.join(["lil-2", "Salud bucal, un estudio", ABSTRACT_WITH_COMMAS.upper(), "es", "2020"]),
+    ]
+    (tmp_path / "export.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    kept = ingest(tmp_path, tmp_path, "export.csv").artifact.read().to_pylist()
+    assert [(r["record_id"], r["title"], r["year"]) for r in kept] == [
+        ("lil-1", "Caries en escolares", 2019),
+        ("lil-2", "Salud bucal, un estudio", 2020),
+    ]
+    assert kept[0]["abstract"] == ABSTRACT_WITH_COMMAS.strip()
+
+
+def test_a_configured_delimiter_wins_and_a_wrong_one_names_the_header_it_read(tmp_path: Path) -> None:
+    lines = ["ID;Title;Abstract", f"lil-1;Caries en escolares;{ABSTRACT_WITH_COMMAS}"]
+    (tmp_path / "export.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    kept = ingest(tmp_path, tmp_path, {"path": "export.csv", "delimiter": ";"}).artifact.read().to_pylist()
+    assert [r["record_id"] for r in kept] == ["lil-1"]
+    with pytest.raises(ConfigError) as err:
+        ingest(tmp_path / "wrong", tmp_path, {"path": "export.csv", "delimiter": "|"})
+    assert "1 column(s): ID;Title;Abstract" in str(err.value) and "delimiter" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
 def test_ris_record_without_er_is_malformed_and_its_neighbours_survive(tmp_path: Path) -> None:
     ris = (
         "TY  - JOUR\nID  - r1\nTI  - Primero\nAB  - Resumen uno\nKW  - Obesidad\nKW  - Niño\nPY  - 2004///\nER  - \n\n"
@@ -184,6 +219,29 @@ def test_xlsx_written_with_openpyxl_and_a_missing_mapped_column(tmp_path: Path) 
     assert kept["biblio-10"]["record"] == 4 and kept["biblio-10"]["doi"] == "10.9/z"
     with pytest.raises(ConfigError, match=r"^lilacs\.xlsx: field_map\.abstract column 'Resumen' is not in"):
         ingest(tmp_path, tmp_path, {"path": "lilacs.xlsx", "field_map": {"abstract": "Resumen"}})
+
+
+SCIELO_BIOC = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE collection SYSTEM "BioC.dtd">
+<collection><source>SciELO</source><date>2019</date><key>scielo.key</key>
+<document><id>S0034-98872019000100001</id>
+<passage><infon key="section">Title</infon><offset>0</offset>
+<sentence><offset>0</offset><text>Caries dental en escolares de Santiago.</text></sentence></passage>
+<passage><infon key="section">Abstract</infon><offset>40</offset>
+<sentence><offset>40</offset><text>Objetivo: medir la prevalencia de caries.</text></sentence>
+<sentence><offset>82</offset><text>Métodos: estudio transversal en 412 escolares.</text></sentence></passage>
+</document></collection>
+"""
+
+
+def test_scielo_bioc_passages_by_section_infon_with_text_in_sentences(tmp_path: Path) -> None:
+    (tmp_path / "scielo.xml").write_text(SCIELO_BIOC, encoding="utf-8")
+    [row] = ingest(tmp_path, tmp_path, "scielo.xml").artifact.read().to_pylist()
+    assert row["record_id"] == "S0034-98872019000100001"
+    assert row["title"] == "Caries dental en escolares de Santiago."
+    assert row["abstract"] == (
+        "Objetivo: medir la prevalencia de caries. Métodos: estudio transversal en 412 escolares."
+    )
 
 
 def test_bioc_written_with_bioc_and_a_document_without_passages(tmp_path: Path) -> None:

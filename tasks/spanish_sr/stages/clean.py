@@ -11,8 +11,10 @@ Per record, in this order (issue 17 §2):
    ``undecodable``: one repair, never a second;
 2. empty or placeholder abstract (:func:`tasks.spanish_sr.language.is_placeholder`, any
    language) → ``no_abstract``; but when the title field holds an abstract-length text
-   (≥ ``min_abstract_words`` words and three sentences) the reason is ``title_is_abstract``. A title equal to
+   (two of an abstract's section labels, or ≥ 60 words in three sentences) the reason is ``title_is_abstract``. A title equal to
    its abstract is kept (the ``questions`` stage excludes it as ``title_equals_abstract``);
+   A title that is only an identifier (a EudraCT, NCT or ISRCTN number, a PMID, a DOI) is
+   ``title_is_identifier``;
 3. fewer than ``min_abstract_words`` whitespace-separated words → ``short_abstract``;
 4. py3langid (probabilities normalised) on the abstract: another language than
    ``language`` → ``wrong_language``; ``detected_language`` and ``language_confidence``
@@ -75,6 +77,19 @@ FTFY = ftfy.TextFixerConfig(
 BROKEN = re.compile("[\ufffd\x80-\x9f]|[ÂÃ][\xa0-\xbf€‚ƒ„…†‡ˆ‰Š‹ŒŽ‘’“”•–—˜™š›œžŸ]")
 TEXT_FIELDS = ("title", "abstract")
 _SENTENCE_BREAK = re.compile(r"[.!?]\s+(\S)")
+_SECTION_LABEL = re.compile(
+    r"\b(objetivos?|introducción|antecedentes|métodos?|material(?:es)? y métodos|resultados|conclusi(?:ón|ones)|"
+    r"objectives?|background|methods?|results|conclusions?|resumo|métodos|objetivo)\s*:",
+    re.IGNORECASE,
+)
+# A title that is only a registry or literature identifier ("EudraCT Nº: 2015-000290-12",
+# "NCT01234567", "PMID: 31839957", "doi:10.1/x"): no question can be made of it.
+_IDENTIFIER_TITLE = re.compile(
+    r"(?:(?:EudraCT|NCT|ISRCTN|PMID|PMCID|DOI|ID|N[º°o]\.?|n[úu]mero)\s*(?:N[º°o]\.?)?\s*[:#]?\s*)*"
+    r"(?:\d{4}-\d{6}-\d{2}|NCT\d{8}|ISRCTN\d{8}|PMC\d+|\d{5,9}|10\.\d{4,9}/\S+)",
+    re.IGNORECASE,
+)
+ABSTRACT_IN_TITLE_WORDS = 60  # titles are shorter: MEDLINE's longest run to about 50 words
 
 
 class CleanConfig(StrictModel):
@@ -136,6 +151,8 @@ def _check(row: dict[str, Any], config: CleanConfig) -> tuple[str, str] | None:
             row[name] = fixed
             row["fixed"].append(name)
     title, abstract = row["title"] or "", row["abstract"] or ""
+    if title.strip() and _IDENTIFIER_TITLE.fullmatch(title.strip()):
+        return "title_is_identifier", f"the title is an identifier: {title.strip()[:60]!r}"
     if not abstract.strip() or is_placeholder(abstract):
         if _looks_like_abstract(title, config):
             return "title_is_abstract", f"no abstract; the title has {len(title.split())} words"
@@ -153,10 +170,15 @@ def _check(row: dict[str, Any], config: CleanConfig) -> tuple[str, str] | None:
 
 
 def _looks_like_abstract(title: str, config: CleanConfig) -> bool:
-    """At least ``min_abstract_words`` words and three sentences (long titles of corrigenda,
-    letters and case reports have one or two)."""
+    """An abstract exported in the title field: two or more of an abstract's section labels
+    ("Objetivo:", "Métodos:", "Results:" …), or at least ``ABSTRACT_IN_TITLE_WORDS`` words in
+    three sentences or more. Real titles stop well short of that even when they run to
+    several sentences ("Enfermedad de Castleman. Reporte de 14 casos y revisión …")."""
+    if len(set(m.group(1).casefold() for m in _SECTION_LABEL.finditer(title))) >= 2:
+        return True
     breaks = sum(m.group(1).isupper() for m in _SENTENCE_BREAK.finditer(title))
-    return len(title.split()) >= config.min_abstract_words and breaks >= 2
+    words = len(title.split())
+    return words >= max(config.min_abstract_words, ABSTRACT_IN_TITLE_WORDS) and breaks >= 2
 
 
 def _completeness(row: dict[str, Any]) -> int:
@@ -207,7 +229,10 @@ def deduplicate(kept: pa.Table, ctx: StageContext[CleanConfig]) -> ChunkResult:
             similarity = Levenshtein.normalized_similarity(normalise(_text(other)), normalise(_text(first)))
             detail = f"kept {first['record_id']}, similarity {similarity:.3f}"
             excluded.append({**_excluded(other, "duplicate_of", detail), "duplicate_of": first["record_id"]})
-    return ChunkResult(kept.take(sorted(chosen)), rows_to_table(excluded, EXCLUDED_SCHEMA))
+    # take() of an empty list infers a null-typed index pyarrow cannot use: when no record
+    # survived steps 1-4 the artifact is empty, and every exclusion row is still written.
+    indices = pa.array(sorted(chosen), type=pa.int64())
+    return ChunkResult(kept.take(indices), rows_to_table(excluded, EXCLUDED_SCHEMA))
 
 
 def _excluded(row: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
@@ -224,7 +249,7 @@ def _excluded(row: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
 
 SPEC: StageSpec[CleanConfig] = StageSpec(
     name="clean",
-    version=1,
+    version=2,  # 2: title_is_identifier; title_is_abstract needs an abstract's shape (issue 28)
     config_type=CleanConfig,
     upstream=("ingest",),
     schema=SCHEMA,

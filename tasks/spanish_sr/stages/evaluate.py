@@ -53,7 +53,12 @@ class EvaluateConfig(StrictModel):
     significance: SignificanceConfig = SignificanceConfig()
     significance_measures: list[str] = Field(["AP", "nDCG"], description="Tested question vs expert.")
     held_out_measures: list[str] = Field(["RR", "R@1", "R@10"], description="On the held-out questions.")
-    runs_depth: int = Field(100, ge=1, description="Ranks per query kept in the runs table.")
+    runs_depth: int | None = Field(
+        None,
+        ge=1,
+        description="Ranks per query kept in the runs table; None: depth, so the table reproduces "
+        "every reported measure (a shallower table cannot: AP and nDCG read the whole run).",
+    )
     batch_size: Transport[int] = Field(32, ge=1, description="Encoder and reranker batch size.")
     device: Transport[str | None] = Field(None, description="cuda, cpu…; default CUDA when present.")
 
@@ -244,7 +249,7 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
             {"seed": seed, "query_id": qid, "system": system, "rank": rank, "record_id": rid, "score": score}
             for system, by_query in rankings.items()
             for qid, ranking in sorted(by_query.items())
-            for rank, (rid, score) in enumerate(ranking[: config.runs_depth], start=1)
+            for rank, (rid, score) in enumerate(ranking[: config.runs_depth or config.depth], start=1)
         ]
         held_out += _held_out(config, seed, shared, reranker)
     tables = {
@@ -260,7 +265,7 @@ def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
 
 SPEC: StageSpec[EvaluateConfig] = StageSpec(
     name="evaluate",
-    version=2,
+    version=3,  # 3: the runs table as deep as the scored runs by default (issue 28)
     config_type=EvaluateConfig,
     upstream=("reviews", "clean", "bm25", "train_dense", "hybrid", "train_rerank", "questions"),
     schema=SCHEMA,

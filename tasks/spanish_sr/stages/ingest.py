@@ -2,7 +2,7 @@
 
 Each entry of ``sources`` is a file or a folder (searched recursively for the suffixes of
 :data:`tasks.spanish_sr.records.SUFFIXES`), relative to the config file, given as a plain
-path or as ``{path, format, field_map, encoding, own_ids, year_from_id}``; ``format: auto`` goes by the
+path or as ``{path, format, field_map, encoding, delimiter, own_ids, year_from_id}``; ``format: auto`` goes by the
 file name (and, for ``.xml``, the root element). Formats, default fields and decoding:
 :mod:`tasks.spanish_sr.records`.
 
@@ -43,6 +43,9 @@ class SourceConfig(StrictModel):
     format: Literal["auto"] | Format = "auto"
     field_map: FieldMap = FieldMap()
     encoding: str | None = Field(None, description="Of text files; default: UTF-8, else cp1252/latin-1.")
+    delimiter: Literal[",", ";", "\t", "|"] | None = Field(
+        None, description="Of a CSV file; default: the one that splits its first rows most consistently."
+    )
     own_ids: bool = Field(True, description="Use the records' own ids (false: <file stem>:<record>).")
     year_from_id: str | None = Field(
         None,
@@ -131,7 +134,9 @@ def _file_units(
         data = read_input(path, digest, ctx.config.max_file_bytes)
         fmt = resolve_format(path, data) if entry.format == "auto" else entry.format
         base["format"] = fmt
-        read = read_file(path, data, fmt, entry.field_map, entry.encoding, display=display)
+        read = read_file(
+            path, data, fmt, entry.field_map, entry.encoding, display=display, delimiter=entry.delimiter
+        )
     except (InputRejected, Unreadable) as err:
         detail = f"{err.reason}: {err.detail}" if isinstance(err, InputRejected) else str(err)
         return [{**base, "record": 0, "record_id": "", "fate": "unreadable", "detail": detail}]
@@ -207,7 +212,7 @@ def _where(row: dict[str, Any], detail: str | None) -> str:
 
 SPEC: StageSpec[IngestConfig] = StageSpec(
     name="ingest",
-    version=2,
+    version=3,  # 3: CSV delimiter found by parsing, or configured (issue 28)
     config_type=IngestConfig,
     upstream=(),
     schema=SCHEMA,
