@@ -89,6 +89,6 @@ def _crossgenre(config: Path | None, gold: Path, only: str | None) -> None:
     failed = report.failed_floors(results, report.Floors())
     for line in failed:
         err.print(f"under the floor: {line}", highlight=False)
-    out.print(report.summary_line(results), highlight=False)
+    out.print(report.summary_line(results), highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(INTERNAL_ERROR)

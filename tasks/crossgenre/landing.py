@@ -140,7 +140,7 @@ class LandingPages:
         return [self._filled(link) for link in links]
 
     def _filled(self, link: StudyLink) -> StudyLink:
-        if link.kind != "journal" or link.id_kind is not None:
+        if link.kind not in ("journal", "tracker") or link.id_kind is not None:
             return link
         if link.url not in self._seen:
             self._seen[link.url] = self._lookup(link.url)

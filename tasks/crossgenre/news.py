@@ -98,7 +98,7 @@ def meta_values(doc: HtmlElement) -> dict[str, list[str]]:
         name = (
             el.get("name") or el.get("property") or el.get("itemprop") or el.get("http-equiv") or ""
         ).strip()
-        content = clean_text(el.get("content") or "")
+        content = clean_text(el.get("content") or el.get("value") or "")  # some savers write value=
         if name and content:
             found.setdefault(name.lower(), []).append(content)
     return found
@@ -309,8 +309,13 @@ def headline(doc: HtmlElement, site_host: str) -> str | None:
     names = site_names(metas, objects, site_host)
     stripped = [strip_site_name(t, names) for t in titles]
     h1s, framed = visible_h1s(doc)
+    keys = [_alnum(n) for n in names if len(_alnum(n)) >= 3]
+    h1s = [h for h in h1s if not (_alnum(h) and _alnum(h) in keys)] or h1s  # a logo <h1> names the site
     for h1 in h1s:
         if any(agrees(h1, t) for t in (*titles, *stripped)):
+            return h1
+    for h1 in h1s:  # "COSMOS+ - Helmholtz-Gemeinschaft …": the h1 is one part of a title, whatever the site
+        if any(_alnum(part) == _alnum(h1) for t in titles for part in _SEPARATOR.split(t)):
             return h1
     if framed and len(framed[0].split()) >= _MIN_HEADLINE_WORDS:
         return framed[0]  # the article's own <h1>, under a title written for search engines

@@ -219,6 +219,8 @@ def _classify(el: HtmlElement) -> Iterator[tuple[Block, HtmlElement]]:
         yield "credit", el
     elif tag in _HEADING_TAGS and _HEADING_LABEL.match(_text(el)):
         yield from (("reference", sibling) for sibling in _section_after(el))
+    elif tag in _HEADING_TAGS and _METADATA_LABEL.match(_text(el)):  # a "DOI" / "Journal" box
+        yield from (("metadata", sibling) for sibling in _section_after(el))
     elif tag in _LABEL_TAGS and not any(True for _ in el.iterdescendants(*_BLOCK_CHILDREN)):
         text = _text(el)
         if _LEADING_LABEL.match(text) and _starts_block(el):

@@ -26,15 +26,17 @@ _REPORTING = re.compile(
     r"|".join(
         [
             # English
-            r"\bpublish(?:ed|es|ing)?\b",
+            r"\bpublish(?:ed|es|ing)?\s+(?:\w+\s+){0,2}?(?:in|online|today|this|last|on|by|recently)\b",
+            r"\bto\s+be\s+published\b|\bnewly\s+published\b",
             r"\b(?:appears?|appeared|reported|described|detailed|outlined)\s+in\b",
             r"\bnew\s+(?:study|research|paper|analysis|trial|findings|report|review)\b",
             r"\b(?:recent|latest|this|the)\s+(?:study|research|paper|trial|analysis|review|findings)\b",
-            r"\b(?:researchers|scientists|investigators|authors|team)\s+(?:found|find|report|say|said|show|"
-            r"showed|discovered|conclude[ds]?|write|wrote)\b",
+            r"\b(?:researchers|scientists|investigators|authors|team|study)\s+(?:found|finds?|report(?:s|ed)?|"
+            r"says?|said|shows?|showed|discovered|conclude[ds]?|writes?|wrote)\b",
             r"\baccording\s+to\s+(?:the|a|their)\s+(?:new\s+)?(?:study|paper|research|report|findings)\b",
             r"\b(?:journal|study|source|original)\s+(?:reference|article|paper)\b",
-            r"^\s*(?:source|sources|study|paper|reference|citation|more\s+information|read\s+the\s+study)\s*:",
+            r"(?:^|[.!?]\s+)(?:source|sources|study|paper|references?|citation|journal\s+reference|"
+            r"more\s+information|read\s+the\s+study)\s*:",
             r"\bstudy\s+(?:finds|found|shows|showed|suggests|suggested|reveals|revealed)\b",
             # German
             r"\b(?:veröffentlicht|publiziert|erschienen)\b",
@@ -59,6 +61,13 @@ _REPORTING = re.compile(
         ]
     ),
     re.IGNORECASE | re.MULTILINE,
+)
+# The cited work is no study: a perspective, commentary, editorial, guideline or consensus statement.
+_NOT_A_STUDY = re.compile(
+    r"\b(?:a|an|new)\s+(?:new\s+)?(?:perspective|commentary|editorial|viewpoint|"
+    r"opinion\s+(?:piece|article)|essay|position\s+(?:paper|statement)|consensus\s+statement|"
+    r"(?:clinical\s+(?:practice\s+)?)?guidelines?)\b",
+    re.IGNORECASE,
 )
 _BACKGROUND = re.compile(
     r"|".join(
@@ -107,6 +116,13 @@ REPORTED = 2
 
 def _words(text: str) -> set[str]:
     return {w.casefold() for w in _WORD.findall(text)}
+
+
+def not_a_study(lead: str) -> str | None:
+    """What the page's lead calls the work it reports, when that is no study ("a new
+    perspective authored by …", "new clinical guidelines"), or None."""
+    found = _NOT_A_STUDY.search(lead)
+    return found.group().strip() if found else None
 
 
 def page_kind(page_types: Sequence[str], headings: Sequence[str]) -> str | None:

@@ -98,6 +98,8 @@ _JAMA_PATH = re.compile(
 # Article URLs that carry no article number in the path: ScienceDirect's old
 # /science?_ob=ArticleURL&_udi=… form, and ?articleid= / ?article_id= query forms.
 _ARTICLE_QUERY_KEYS = frozenset({"_udi", "articleid", "article_id", "artid"})
+# A journal site's news and blog sections (news.sciencemag.org, science.org/content/article/…).
+_NEWS_SEGMENTS = frozenset({"news", "sciencenow", "blog", "blogs", "podcast", "podcasts", "careers"})
 _NATURE_NEWS = re.compile(r"^/articles/d\d{5}-", re.IGNORECASE)  # d41586-…: Nature's news section
 _NATURE_PATH = re.compile(r"^/articles/([a-z][a-z0-9.\-]*\d[a-z0-9.\-]*)/?$", re.IGNORECASE)
 
@@ -248,6 +250,11 @@ def classify_url(url: str, domains: DomainList, *, depth: int = 0) -> StudyLink 
         where = f"journal domain {journal.domain} ({journal.source})"
         if _NATURE_NEWS.match(path) and host.endswith("nature.com"):
             return Skipped(url, f"{where}: a Nature news or comment piece (article id d…), not research")
+        news = path.lower().startswith("/content/article/") and host.endswith(
+            ("science.org", "sciencemag.org")
+        )
+        if news or host.startswith("news.") or _NEWS_SEGMENTS & {p.lower() for p in path.split("/")}:
+            return Skipped(url, f"{where}: the journal's news section, not research")
         if found:
             return StudyLink(url, "journal", found[0], found[1], f"{where}: {found[2]}")
         if _article_path(path):
@@ -298,4 +305,23 @@ def identifier_link(kind: str, value: str, where: str) -> StudyLink | None:
         if pmcid:
             url = f"https://pmc.ncbi.nlm.nih.gov/articles/{pmcid}/"
             return StudyLink(url, "text", "pmcid", pmcid, f"PMCID written in the page ({where})")
+    return None
+
+
+# Press-wire services hide every link of a release behind an opaque tracking redirect.
+_TRACKERS = (("globenewswire.com", "/tracker"), ("rt.prnewswire.com", "/"), ("cts.businesswire.com", "/"))
+_QUOTED_TITLE = re.compile(r"^\s*[\"“”«„'‘]\s*\S+(?:\s+\S+){4,}\s*[\"“”»'’]\s*$")
+
+
+def tracked_title(url: str, anchor: str) -> StudyLink | None:
+    """A press-wire tracking link whose anchor is a quoted title of five words or more: a
+    publication whose address only following the redirect tells (``landing_pages``)."""
+    split = _split(url)
+    if split is None or not _QUOTED_TITLE.match(anchor):
+        return None
+    host, path, _query = split
+    for tracker, prefix in _TRACKERS:
+        if (host == tracker or host.endswith(f".{tracker}")) and path.lower().startswith(prefix):
+            why = f"press-wire tracking link ({host}) on a quoted title: the target is known by following it"
+            return StudyLink(url, "tracker", None, None, why)
     return None

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from tasks.common.pubmed.local import pii_key
 from tasks.common.pubmed.port import ArticleId, IdKind, PubmedRecord, PubmedSource
-from tasks.crossgenre.report_cues import Evidence, page_kind, work_evidence
+from tasks.crossgenre.report_cues import Evidence, not_a_study, page_kind, work_evidence
 from tasks.crossgenre.roundup import roundup_wording, two_claims
 
 _ID_KINDS = frozenset({"doi", "pmid", "pmcid", "pii"})
@@ -128,6 +128,10 @@ class PageSigns:
 
     page_types: Sequence[str] = ()
     headings: Sequence[str] = ()
+    lead: str = ""  # the first LEAD_CHARS of the main text
+
+
+LEAD_CHARS = 400
 
 
 def decide(
@@ -146,6 +150,8 @@ def decide(
        finds" turns the counting patterns off) → ``roundup``.
     2. ``page_kind`` — the page declares a product, recipe, FAQ or how-to (``og:type``, JSON-LD),
        or is a listicle of numbered sections (:func:`tasks.crossgenre.report_cues.page_kind`)
+       → ``not_a_report``; ``not_a_study`` — its lead reports "a new perspective", "a
+       commentary", "new guidelines" … (:func:`~tasks.crossgenre.report_cues.not_a_study`)
        → ``not_a_report``.
     3. ``too_many_works`` — more than ``max_works`` works → ``multiple_studies``.
     4. ``one_work`` — one work the page reports (reporting words near its link, a source
@@ -170,6 +176,10 @@ def decide(
     kind = page_kind(signs.page_types, signs.headings)
     if kind:
         return Verdict(False, "page_kind", kind, "not_a_report")
+    work_kind = not_a_study(signs.lead)
+    if work_kind:
+        why = f"the lead reports {work_kind!r}, not a study"
+        return Verdict(False, "not_a_study", why, "not_a_report")
     n = len(works)
     if n == 0:
         return Verdict(False, "no_works", "no study reference to decide on", "undecided")

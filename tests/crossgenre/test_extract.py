@@ -333,3 +333,35 @@ def test_a_cjk_headline_agrees_with_its_title_and_a_rewritten_title_keeps_the_h1
         news.headline(news.load_document(seo), "example.de")
         == "Wie kann ich schnell abnehmen? Die 8 besten Tipps"
     )
+
+
+def test_a_doi_box_after_the_story_is_a_metadata_block() -> None:
+    html = (
+        "<html><head><title>Cold-sensitive bacteria</title></head><body><article><h1>Cold-sensitive bacteria</h1>"
+        + "".join(
+            f"<p>Golden staph adapts to place number {i}, scientists from Geneva report.</p>"
+            for i in range(6)
+        )
+        + '</article><div class="details"><div class="well"><h4>DOI</h4><p>'
+        '<a href="http://dx.doi.org/10.1371/journal.pgen.1008779">10.1371/journal.pgen.1008779</a></p></div></div>'
+        "</body></html>"
+    )
+    row = read_page(
+        html, "https://www.eurekalert.org/pub_releases/x.php", "www.eurekalert.org", ExtractConfig()
+    )
+    assert [(link["url"], link["block"]) for link in row["links"]] == [
+        ("http://dx.doi.org/10.1371/journal.pgen.1008779", "metadata")
+    ]
+
+
+def test_a_logo_h1_a_value_meta_and_an_h1_that_is_part_of_the_title() -> None:
+    logo = '<html><head><meta property="og:title" value="Why New Yorkers Received a Push Alert">'
+    logo += '<meta property="og:site_name" value="The Atlantic"></head>'
+    logo += "<body><h1>The Atlantic</h1><p>Text.</p></body></html>"
+    assert (
+        news.headline(news.load_document(logo), "www.theatlantic.com")
+        == "Why New Yorkers Received a Push Alert"
+    )
+    part = "<html><head><title>COSMOS+ - Helmholtz-Gemeinschaft Deutscher Forschungszentren</title></head>"
+    part += "<body><h1>COSMOS+</h1></body></html>"
+    assert news.headline(news.load_document(part), "") == "COSMOS+"

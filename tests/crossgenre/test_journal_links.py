@@ -19,8 +19,15 @@ import pytest
 from irforge.errors import ConfigError
 from tasks.crossgenre.domains import CURATED_FILE, METAPUB_DIR, DomainList, load_domains, metapub_hosts
 from tasks.crossgenre.stages.extract import SCHEMA as EXTRACT
-from tasks.crossgenre.stages.journal_links import SPEC, JournalLinksConfig
-from tasks.crossgenre.study_links import Skipped, StudyLink, classify_url, clean_doi, identifier_link
+from tasks.crossgenre.stages.journal_links import SPEC, JournalLinksConfig, page_study_links
+from tasks.crossgenre.study_links import (
+    Skipped,
+    StudyLink,
+    classify_url,
+    clean_doi,
+    identifier_link,
+    tracked_title,
+)
 from tests.crossgenre.conftest import NEWS, artifact_of, run_one
 
 
@@ -230,6 +237,12 @@ def test_study_link_urls(domains: DomainList, url: str, kind: str, id_kind: str,
         ("https://pubmed.ncbi.nlm.nih.gov/?term=mediterranean+diet", "without a record identifier"),
         ("https://doi.org/", "without a record identifier"),
         ("https://www.nature.com/articles/d41586-020-00001-1", "a Nature news or comment piece"),
+        (
+            "http://news.sciencemag.org/sciencenow/2011/04/did-feathered-dinos-spread-lice.html",
+            "news section",
+        ),
+        ("https://www.science.org/content/article/dinosaurs-smelled-well-2011", "news section"),
+        ("https://www.bmj.com/content/369/bmj.m1/news", "news section"),
         ("https://www.isrctn.com/ISRCTN12345678", "trial registry ISRCTN"),
         ("https://apps.who.int/trialsearch/Trial2.aspx?TrialID=DRKS0001", "trial registry WHO ICTRP"),
         (
@@ -337,3 +350,16 @@ def test_pages_without_links_or_with_broken_ones_are_excluded_not_dropped(tmp_pa
     assert [r["headline"] for r in outcome.artifact.read().to_pylist()] == ["A DOI in the text only"]
     excluded = outcome.artifact.excluded().to_pylist()
     assert [(r["reason"], r["detail"]) for r in excluded] == [("no_study_link", "outbound domains: none")] * 2
+
+
+def test_a_press_wire_tracking_link_on_a_quoted_title_is_a_study_link_to_follow() -> None:
+    url = "https://www.globenewswire.com/Tracker?data=hacJBUQopjzlEvbGcw"
+    title = "“Capturing and Recreating Diverse Antibody Repertoires as Multivalent Drugs.”"
+    found = tracked_title(url, title)
+    assert found is not None and (found.kind, found.id_kind) == ("tracker", None)
+    assert tracked_title(url, "GigaGen Inc.") is None  # the company's own link
+    assert tracked_title("https://www.example.com/Tracker?data=x", title) is None
+    row = extract_row("GigaGen announces a publication", [url])
+    row["links"][0]["anchor"] = title
+    [(link, where)], _skipped, _out = page_study_links(row, load_domains(METAPUB_DIR, CURATED_FILE, [], []))
+    assert link.kind == "tracker" and where["anchor"] == title

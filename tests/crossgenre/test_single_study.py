@@ -22,6 +22,7 @@ from irforge.config import validate_config
 from irforge.errors import ConfigError
 from tasks.common.llm.config import LLMConfig, close_local_servers
 from tasks.common.pubmed.config import PubmedConfig
+from tasks.crossgenre.report_cues import not_a_study, work_evidence
 from tasks.crossgenre.roundup import roundup_wording, two_claims
 from tasks.crossgenre.single_study_llm import load_prompt, parse_reply
 from tasks.crossgenre.stages.extract import SCHEMA as EXTRACT
@@ -410,3 +411,31 @@ def test_the_embedded_model_decides_undecided_pages_and_its_verdict_is_stored(tm
         assert row["decided_by"] == "llm"
         assert row["reason"] in ("multiple_studies", "invalid_reply", "truncated")
         assert row["detail"] or row["raw_reply"]
+
+
+@pytest.mark.parametrize(
+    ("context", "reported"),
+    [
+        ("And their olfactory ratios soared, the team reports online today in the Proceedings.", True),
+        ("Funded by the ministry. Reference: Park, S., et al. (2020) VRK-1 extends life span.", True),
+        ("This advance, to be published in the journal PLoS Genetics, offers an insight.", True),
+        ("Die Ergebnisse sind im Fachjournal Nature erschienen.", True),
+        ("Les résultats sont publiés dans la revue Nature Medicine.", True),
+        ("Los resultados fueron publicados en la revista The Lancet.", True),
+        ("They used data from the published literature and new CT scans.", False),
+        ("Previous studies have linked poor sleep to heart disease.", False),
+    ],
+)
+def test_reporting_words_near_a_link(context: str, reported: bool) -> None:
+    evidence = work_evidence([{"block": "main", "context": context, "anchor": "link"}], "A headline")
+    assert evidence.reported is reported, evidence.why
+
+
+def test_a_lead_that_reports_a_perspective_or_guidelines_is_no_study_report() -> None:
+    assert not_a_study("… according to a new perspective authored by faculty from the University") == (
+        "a new perspective"
+    )
+    assert not_a_study("The society released new clinical guidelines for the treatment of AML.") == (
+        "new clinical guidelines"
+    )
+    assert not_a_study("A new study finds that current guidelines miss half of cases.") is None

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from irforge.errors import IrforgeError
 from tasks.common.text.identifiers import normalise_doi
@@ -42,6 +43,8 @@ def identifier_key(kind: str, value: str) -> str:
     value = value.strip()
     if kind == "doi":
         return f"doi:{normalise_doi(value)}"
+    if kind == "url":  # as written or as normalised (percent-escapes, a trailing slash)
+        return f"url:{unquote(value).rstrip('/').casefold()}"
     return f"{kind}:{value.casefold()}"
 
 

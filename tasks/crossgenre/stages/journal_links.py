@@ -52,7 +52,7 @@ from tasks.crossgenre.domains import (
 from tasks.crossgenre.landing import LandingConfig, LandingPages, fetch_day
 from tasks.crossgenre.news_links import around
 from tasks.crossgenre.stages.extract import SCHEMA as EXTRACT_SCHEMA
-from tasks.crossgenre.study_links import Skipped, StudyLink, classify_url, identifier_link
+from tasks.crossgenre.study_links import Skipped, StudyLink, classify_url, identifier_link, tracked_title
 
 _SHOWN_DOMAINS = 20
 
@@ -159,6 +159,8 @@ def page_study_links(
             outbound[host or domain] = None
         judged = classify_url(url, domains)
         block = link.get("block") or "main"
+        if judged is None:
+            judged = tracked_title(url, link.get("anchor") or "")
         if isinstance(judged, StudyLink):
             if block != "main":
                 judged = StudyLink(**{**judged.row(), "reason": f"{judged.reason}; in the {block} block"})
