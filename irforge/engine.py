@@ -154,15 +154,9 @@ def run_stage(
         shutil.rmtree(work, ignore_errors=True)
     state: StageState = "resumed" if resumed else "computed"
     log.info("%s %s/%s %s in %.2fs", state.upper(), flow, spec.name, fp, wall)
-    _warn_if_nothing_kept(flow, spec.name, totals)
+    if totals.units_in and not totals.units_kept:  # every row excluded: one line says why
+        log.warning("%s/%s kept none of its %s", flow, spec.name, totals.excluded_text())
     return StageOutcome(artifact, state, wall)
-
-
-def _warn_if_nothing_kept(flow: str, stage: str, totals: Totals) -> None:
-    """One line when a stage read units and kept none (every row excluded: the reasons say why)."""
-    if totals.units_in and not totals.units_kept:
-        reasons = ", ".join(f"{r} {n}" for r, n in totals.reasons.most_common()) or "none"
-        log.warning("%s/%s kept none of its %d units; excluded: %s", flow, stage, totals.units_in, reasons)
 
 
 def _chunk_paths(work: Path, index: int) -> tuple[Path, Path, Path]:

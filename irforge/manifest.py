@@ -34,6 +34,10 @@ class Totals:
     tables: dict[str, int] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
 
+    def excluded_text(self) -> str:
+        reasons = ", ".join(f"{r} {n}" for r, n in self.reasons.most_common()) or "none"
+        return f"{self.units_in} units; excluded: {reasons}"
+
     def add(self, marker: dict[str, Any]) -> None:
         self.chunks += 1
         for name in ("rows_in", "rows_out", "rows_excluded", "units_in", "units_kept", "units_excluded"):

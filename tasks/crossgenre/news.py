@@ -1,4 +1,5 @@
-"""What a news page says about itself: its URL, its outlet, its headline, its language.
+"""What a news page says about itself: its URL, its outlet, its headline (its language:
+:mod:`tasks.crossgenre.news_language`).
 
 Used by ``tasks/crossgenre/stages/ingest.py`` (the URL of a saved page) and
 ``tasks/crossgenre/stages/extract.py`` (headline, language). Pages come from any outlet, so
@@ -37,8 +38,6 @@ import lxml.html
 from courlan import extract_domain
 from lxml import etree
 
-from tasks.common.text.language_id import detect
-
 HtmlElement = Any  # lxml.html.HtmlElement (lxml ships no type information)
 
 _XML_DECLARATION = re.compile(r"^\s*<\?xml[^>]*\?>")
@@ -52,9 +51,6 @@ _HIDDEN_CLASSES = frozenset({"sr-only", "visually-hidden", "screen-reader-text",
 _TRIVIAL_HOST_LABELS = ("www.", "www2.", "m.", "mobile.", "amp.")
 _MIN_PREFIX_CHARS = 20
 _MIN_HEADLINE_WORDS = 4
-_MIN_TEXT = 200  # characters of main text that identify a language
-_MAX_TEXT = 5000
-_SURE, _LIKELY = 0.99, 0.9
 _BREAKS = frozenset(
     {"p", "div", "li", "td", "th", "dt", "dd", "tr", "br", "h1", "h2", "h3", "h4", "h5", "h6", "section",
      "table", "ul", "ol", "figcaption", "blockquote", "article", "aside", "header", "footer"}
@@ -383,37 +379,3 @@ def _common_prefix(a: str, b: str) -> str:
 
 def _alnum(text: str) -> str:
     return "".join(ch for ch in text.casefold() if ch.isalnum())
-
-
-# --- language ---------------------------------------------------------------------------
-
-
-def declared_languages(
-    doc: HtmlElement, metas: dict[str, list[str]], objects: list[dict[str, Any]]
-) -> list[str]:
-    """ISO 639-1 codes the page declares: ``<html lang>``, ``content-language``, ``og:locale``,
-    ``dc.language``, JSON-LD ``inLanguage`` (in that order, each once)."""
-    candidates = [doc.get("lang"), doc.get("{http://www.w3.org/XML/1998/namespace}lang")]
-    for name in ("content-language", "og:locale", "dc.language"):
-        candidates += metas.get(name, [])
-    candidates += [s for obj in objects if is_article(obj) for s in ld_strings(obj.get("inLanguage"))]
-    codes = [
-        m.group(1).lower() for v in candidates if (m := re.match(r"\s*([A-Za-z]{2})(?:[-_]|\s*$)", v or ""))
-    ]
-    return list(dict.fromkeys(codes))
-
-
-def language(declared: list[str], text: str) -> str | None:
-    """The page's language: what it declares, checked against its main text (py3langid).
-
-    A page may declare nothing, or a template's default (``<html lang="en">`` on a French
-    article): the text's language wins when it is confidently identified (probability ≥
-    :data:`_SURE`, at least :data:`_MIN_TEXT` characters) and not the first declared one;
-    without enough text the first declared language stands."""
-    first = declared[0] if declared else None
-    if len(text) < _MIN_TEXT:
-        return first
-    found, probability = detect(text[:_MAX_TEXT])
-    if first is None:
-        return found if probability >= _LIKELY else None
-    return found if found != first and probability >= _SURE else first

@@ -1,4 +1,5 @@
-"""The readers of the text and XML export formats (RIS, JSON, JSON Lines, BioC, MEDLINE, brat)
+"""The readers of the text and XML export formats (RIS, JSON, JSON Lines, BioC, MEDLINE XML and
+text, brat)
 and :func:`read_file`, which picks one for a file; the formats and their fields are
 described in ``tasks/spanish_sr/records.py``."""
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import bioc  # type: ignore[import-untyped]
+import nbib  # type: ignore[import-untyped]
 import rispy  # type: ignore[import-untyped]
 from bioc import biocxml
 from lxml import etree
@@ -61,6 +63,7 @@ def read_file(
         "ris": lambda: list(_ris(text, fields)),
         "json": lambda: _json_list(shown, text, fields),
         "jsonl": lambda: _json_lines(shown, text, fields),
+        "nbib": lambda: list(_nbib(text, fields)),
         "brat": lambda: [_brat(shown, text)],
     }
     return FileRead(fmt, used, readers[fmt]())
@@ -202,6 +205,32 @@ def _medline(path: Path) -> Iterator[Record]:
             raise Unreadable(item.detail)  # nothing of the file could be read
         else:
             yield Record(item.number, reason="malformed_record", detail=f"{item.reason}: {item.detail}")
+
+
+_NBIB_TAG = re.compile(r"^[A-Z]{2,4}\s*- ", re.MULTILINE)
+_BLANK_LINES = re.compile(r"\n[ \t]*\r?\n")
+
+
+def _nbib(text: str, fields: FieldMap) -> Iterator[Record]:
+    """Records of PubMed's MEDLINE text format (blank lines between records), one
+    ``nbib.read`` each (a record it cannot parse is malformed; its neighbours are read)."""
+    blocks = [b for b in _BLANK_LINES.split(text.replace("\r\n", "\n")) if _NBIB_TAG.search(b)]
+    if not blocks:
+        raise Unreadable("no 'TAG - value' line: not PubMed's MEDLINE text format")
+    for number, block in enumerate(blocks, start=1):
+        try:
+            parsed = nbib.read(block.strip("\n") + "\n")
+        except Exception as err:
+            yield Record(number, reason="malformed_record", detail=f"{type(err).__name__}: {err}")
+            continue
+        if len(parsed) != 1:
+            yield Record(number, reason="malformed_record", detail=f"{len(parsed)} records parsed from one")
+            continue
+        raw = dict(parsed[0])
+        raw["descriptors"] = [
+            d["descriptor"] if isinstance(d, dict) else d for d in raw.get("descriptors") or []
+        ]
+        yield Record(number, _mapped(raw, "nbib", fields))
 
 
 _PUBLIC_TITLE = re.compile(r"^T[íi]tulo\s+p[úu]blico\s*:\s*(.+)$", re.IGNORECASE)

@@ -26,6 +26,12 @@ Formats and their default field names (a source's ``field_map`` overrides any of
   ``article-id_doi``, ``kwd``;
 - ``medline`` (MEDLINE/PubMed XML, :mod:`tasks.common.pubmed.medline`): PMID, title,
   abstract, year, DOI and MeSH descriptors; no field map;
+- ``nbib`` (PubMed's MEDLINE text format, "Send to → Citation manager": ``.nbib``, or a
+  ``.txt`` that opens with tagged lines up to a ``PMID-`` one;
+  https://www.nlm.nih.gov/bsd/mms/medlineelements.html): records split at blank lines and
+  parsed by ``nbib``
+  (https://github.com/holub008/nbib), whose keys are the field names (``pubmed_id``,
+  ``title``, ``abstract``, ``language``, ``publication_date``, ``doi``, ``descriptors``);
 - ``brat``: one ``.txt`` file is one record (CT-EBM-SP): the first non-blank line is the
   title, the other non-blank lines the abstract, the file name its id; no field map.
 
@@ -54,7 +60,7 @@ from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from tasks.common.text.identifiers import normalise_doi
 
-Format = Literal["xlsx", "csv", "ris", "json", "jsonl", "bioc", "medline", "brat"]
+Format = Literal["xlsx", "csv", "ris", "json", "jsonl", "bioc", "medline", "nbib", "brat"]
 FIELDS = ("id", "title", "abstract", "language", "year", "doi", "descriptors")
 FALLBACK_ENCODINGS = ("cp1252", "latin_1")
 SUFFIXES: dict[str, Format | None] = {
@@ -64,7 +70,8 @@ SUFFIXES: dict[str, Format | None] = {
     ".json": "json",
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
-    ".txt": "brat",
+    ".nbib": "nbib",
+    ".txt": "brat",  # or nbib: a .txt that opens with "PMID-" lines is PubMed's MEDLINE text format
     ".xml": None,  # BioC or MEDLINE: told by the root element
     ".xml.gz": "medline",
 }
@@ -91,6 +98,12 @@ DEFAULTS: dict[str, dict[str, tuple[str, ...]]] = {
     "json": _PLAIN,
     "jsonl": _PLAIN,
     "bioc": {**_PLAIN, "doi": ("article-id_doi",), "descriptors": ("kwd",)},
+    "nbib": {
+        **_PLAIN,
+        "id": ("pubmed_id",),
+        "year": ("publication_date",),
+        "descriptors": ("descriptors", "keywords"),
+    },
 }
 _YEAR = re.compile(r"\b(1[5-9]\d\d|20\d\d)\b")
 _ROOT = re.compile(rb"<([A-Za-z_][\w.:-]*)")
@@ -133,10 +146,15 @@ class Unreadable(Exception):
     """The file as a whole cannot be read (the message says why)."""
 
 
+_NBIB_START = re.compile(rb"^\s*(?:[A-Z]{2,4}\s*- [^\n]*\n)*?PMID\s?- ?\d")  # PMC exports open with PMC-
+
+
 def resolve_format(path: Path, data: bytes) -> Format:
     name = path.name.lower()
     for suffix, fmt in sorted(SUFFIXES.items(), key=lambda kv: -len(kv[0])):
         if name.endswith(suffix):
+            if fmt == "brat" and _NBIB_START.match(data[:2048].lstrip(b"\xef\xbb\xbf")):
+                return "nbib"
             return fmt if fmt is not None else _xml_kind(data)
     raise Unreadable(f"no format for this file name; known: {', '.join(SUFFIXES)}")
 

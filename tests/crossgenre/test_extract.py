@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tasks.crossgenre import news
+from tasks.crossgenre import news, news_language
 from tasks.crossgenre.news_ids import find_identifiers
 from tasks.crossgenre.news_links import normalise_url, unwrap
 from tasks.crossgenre.stages import extract, ingest
@@ -315,11 +315,11 @@ FRENCH = (
 
 
 def test_language_is_what_the_page_declares_checked_against_its_text() -> None:
-    assert news.language(["en"], FRENCH) == "fr"  # a template's lang="en" on a French article
-    assert news.language([], FRENCH) == "fr"  # nothing declared: the text's
-    assert news.language(["fr", "en"], FRENCH) == "fr"
-    assert news.language(["de"], "Zu kurz.") == "de"  # too little text to overrule a declaration
-    assert news.language([], "Zu kurz.") is None
+    assert news_language.language(["en"], FRENCH) == "fr"  # a template's lang="en" on a French article
+    assert news_language.language([], FRENCH) == "fr"  # nothing declared: the text's
+    assert news_language.language(["fr", "en"], FRENCH) == "fr"
+    assert news_language.language(["de"], "Zu kurz.") == "de"  # too little text to overrule a declaration
+    assert news_language.language([], "Zu kurz.") is None
 
 
 def test_a_cjk_headline_agrees_with_its_title_and_a_rewritten_title_keeps_the_h1() -> None:

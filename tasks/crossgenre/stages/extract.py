@@ -9,7 +9,7 @@ reference section at the end, and took their headline as the claim. What each pa
   ``<time>`` elements only by default: its search of the visible text mistakes the study's
   publication date or a DOI such as ``…2019.11.006`` for the page's date;
 - **language**: what the page declares, checked against its main text
-  (:func:`tasks.crossgenre.news.language`: py3langid);
+  (:func:`tasks.crossgenre.news_language.language`: py3langid);
 - **main_text**: trafilatura (https://trafilatura.readthedocs.io) on the page with its
   furniture pruned first (:func:`tasks.crossgenre.news_blocks.prune_noise`);
 - **links** / **identifiers**: :func:`tasks.crossgenre.news_links.collect` (each link with
@@ -51,6 +51,7 @@ from tasks.common.text.document import InputRejected
 from tasks.common.text.sniff import sniff
 from tasks.crossgenre import news
 from tasks.crossgenre.news_blocks import prune_noise
+from tasks.crossgenre.news_language import declared_languages, language
 from tasks.crossgenre.news_links import collect, metadata_citations
 
 _HTML_SIGNS = ("<html", "<body", "<head")
@@ -134,7 +135,7 @@ def read_page(html: str, url: str, site: str, config: ExtractConfig) -> dict[str
     return {
         "headline": title,
         "published": _published(doc, web_url, config),
-        "language": news.language(news.declared_languages(doc, metas, objects), main_text),
+        "language": language(declared_languages(doc, metas, objects), main_text),
         "main_text": main_text,
         "links": [
             {"href": k.href, "url": k.url, "anchor": k.anchor, "block": k.block, "context": k.context}

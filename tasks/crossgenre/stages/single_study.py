@@ -2,15 +2,13 @@
 
 The paper dropped "aggregations of disparate medical studies" by heuristics and a manual
 check, keeping pages about one study or a closely related series. Each page's study
-references (journal_links' ``study_links``) are grouped into works (references PubMed maps
-to one PMID through ``PubmedSource.pmids_for``, else the same identifier, else the same URL)
-and decided by the rules of :func:`tasks.crossgenre.works.decide`, each naming itself in
+references (journal_links' ``study_links``) are grouped into works and decided by the rules
+of :func:`tasks.crossgenre.works.decide` (:mod:`tasks.crossgenre.works`), each naming itself in
 ``decided_by``; pages they leave undecided go to the LLM when ``llm`` is set
 (:mod:`tasks.crossgenre.single_study_llm`), else are excluded ``undecided``.
 
-Kept: journal_links' columns plus ``works``, ``cited`` (one entry per kept work: the PMID
-when resolved — ``id_kind: pmid`` —, else the reference's own identifier, or ``id_kind: url``
-with the URL for a journal link without one), ``decided_by`` and ``decision``. Excluded:
+Kept: journal_links' columns plus ``works``, ``cited`` (each kept work: its PMID — ``id_kind:
+pmid`` —, else its own identifier, else ``id_kind: url``), ``decided_by``, ``decision``. Excluded:
 ``roundup``, ``not_a_report``, ``multiple_studies``, ``undecided`` and the LLM's ``invalid_reply`` /
 ``truncated`` / ``request_failed`` (with the raw reply).
 """
