@@ -93,6 +93,14 @@ _NUMBERED = re.compile(
 )
 _WORD = re.compile(r"[^\W\d_]{4,}", re.UNICODE)
 MIN_LISTICLE_ITEMS = 4
+OLD_WORK_YEARS = 5
+# The work's own date: "published in 1963", "a 2009 study", or a year in its DOI ("(1963)020").
+_DATED = re.compile(
+    r"\b(?:published|appeared|released|written)\s+(?:in|on)\s+(?:[A-Z][a-z]+\s+)?(1[89]\d\d|20\d\d)\b"
+    r"|\b(?:a|an|the|his|her|their)\s+(1[89]\d\d|20\d\d)\s+(?:study|paper|article|report|review|trial)\b"
+    r"|\((1[89]\d\d|20\d\d)\)",
+    re.IGNORECASE,
+)
 MIN_SHARED_WORDS = 2
 
 
@@ -136,8 +144,9 @@ def page_kind(page_types: Sequence[str], headings: Sequence[str]) -> str | None:
     return None
 
 
-def work_evidence(refs: Iterable[Mapping[str, Any]], headline: str) -> Evidence:
-    """The evidence that a page reports the work whose references are ``refs``."""
+def work_evidence(refs: Iterable[Mapping[str, Any]], headline: str, page_year: int | None = None) -> Evidence:
+    """The evidence that a page reports the work whose references are ``refs`` (a page from
+    ``page_year`` that dates the work :data:`OLD_WORK_YEARS` or more earlier cites history)."""
     score = 0
     why: list[str] = []
     headline_words = _words(headline)
@@ -155,6 +164,14 @@ def work_evidence(refs: Iterable[Mapping[str, Any]], headline: str) -> Evidence:
         score, why = score + REPORTED, [*why, f"reporting words {found.group().strip()!r} near it"]
     if background := _BACKGROUND.search(joined):
         score, why = score - REPORTED, [*why, f"background words {background.group().strip()!r} near it"]
+    dated = (
+        "\n".join([joined, *(str(ref.get("url") or "") for ref in refs)])
+        .replace("%28", "(")
+        .replace("%29", ")")
+    )
+    years = [int(y) for m in _DATED.finditer(dated) for y in m.groups() if y]
+    if page_year and years and min(years) <= page_year - OLD_WORK_YEARS:
+        score, why = score - REPORTED, [*why, f"dated {min(years)}, the page {page_year}: an old work"]
     shared = headline_words & _words(joined)
     if len(shared) >= MIN_SHARED_WORDS:
         score, why = score + 1, [*why, f"its paragraph shares {len(shared)} words with the headline"]

@@ -129,9 +129,18 @@ class PageSigns:
     page_types: Sequence[str] = ()
     headings: Sequence[str] = ()
     lead: str = ""  # the first LEAD_CHARS of the main text
+    year: int | None = None  # the page's publication year
 
 
 LEAD_CHARS = 400
+
+
+def page_signs(page: Mapping[str, Any]) -> PageSigns:
+    """The signs of a journal_links row (page types, headings, lead, year)."""
+    published = page.get("published") or ""
+    year = int(published[:4]) if published[:4].isdigit() else None
+    lead = (page.get("main_text") or "")[:LEAD_CHARS]
+    return PageSigns(page.get("page_types") or (), page.get("headings") or (), lead, year)
 
 
 def decide(
@@ -186,7 +195,7 @@ def decide(
     if n > max_works:
         why = f"{n} distinct cited works (more than max_works {max_works})"
         return Verdict(False, "too_many_works", why, "multiple_studies")
-    evidence = [work_evidence(w.refs, headline) for w in works]
+    evidence = [work_evidence(w.refs, headline, signs.year) for w in works]
     if n == 1:
         return _one_work(works[0], evidence[0])
     reported = [i for i, e in enumerate(evidence) if e.reported]

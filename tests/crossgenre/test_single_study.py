@@ -439,3 +439,19 @@ def test_a_lead_that_reports_a_perspective_or_guidelines_is_no_study_report() ->
         "new clinical guidelines"
     )
     assert not_a_study("A new study finds that current guidelines miss half of cases.") is None
+
+
+def test_a_work_dated_years_before_the_page_is_history_not_news() -> None:
+    old = {"block": "main", "anchor": "Deterministic Nonperiodic Flow"}
+    old["context"] = (
+        "Lorenz's epochal paper. Published in 1963, it has since attracted thousands of citations."
+    )
+    assert not work_evidence([old], "The hidden heroines of chaos", 2019).reported
+    assert work_evidence([old], "The hidden heroines of chaos", 1964).reported
+    # A year elsewhere in the paragraph is not the work's date.
+    new = {
+        "block": "main",
+        "anchor": "paper",
+        "context": "Hansen, who testified in 1988, published in a journal today.",
+    }
+    assert work_evidence([new], "Hansen warns", 2023).reported

@@ -25,7 +25,7 @@ from tasks.crossgenre.stages.extract import ExtractConfig, PageRejected, read_pa
 from tasks.crossgenre.stages.ingest import page_row
 from tasks.crossgenre.stages.journal_links import judge_page
 from tasks.crossgenre.stages.single_study import SingleStudyConfig
-from tasks.crossgenre.works import LEAD_CHARS, PageSigns, Work, decide, lookup_works
+from tasks.crossgenre.works import Work, decide, lookup_works, page_signs
 
 _MAX_BYTES = 20_000_000
 
@@ -115,7 +115,7 @@ def measure(folder: Path, gold: GoldPage, tools: Tools) -> PageResult:
 def _single_study(result: PageResult, linked: dict[str, Any], tools: Tools) -> PageResult:
     config = tools.single_study
     [works], records = lookup_works(tools.source, [linked["study_links"]])
-    signs = PageSigns(linked["page_types"], linked["headings"], linked["main_text"][:LEAD_CHARS])
+    signs = page_signs(linked)
     verdict = decide(linked["headline"], works, records, config.max_works, config.roundup_patterns, signs)
     result.rule, result.detail = verdict.rule, verdict.why
     if not verdict.keep:
