@@ -259,13 +259,18 @@ def show(
     flow: FlowArg,
     stage: Annotated[str, typer.Argument(help="Stage name.")],
     excluded: Annotated[bool, typer.Option("--excluded", help="Show the rows the stage dropped.")] = False,
-    n: Annotated[int, typer.Option("-n", help="Number of rows.", min=0)] = 10,
+    n: Annotated[
+        int | None, typer.Option("-n", help="Number of rows (default 10; a side table: 50).", min=0)
+    ] = None,
     columns: Annotated[str | None, typer.Option("--columns", help="Comma-separated columns to show.")] = None,
     reason: Annotated[str | None, typer.Option("--reason", help="With --excluded: only this reason.")] = None,
     side_table: Annotated[
         str | None, typer.Option("--table", help="A named side table of the artifact (see the manifest).")
     ] = None,
     jsonl: Annotated[bool, typer.Option("--jsonl", help="Print rows as JSON lines.")] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="Numbers at full precision (default: 4 digits).")
+    ] = False,
     config: ConfigOpt = None,
     artifacts: ArtifactsOpt = DEFAULT_ARTIFACTS,
 ) -> None:
@@ -285,15 +290,17 @@ def show(
             raise IrforgeError(f"unknown column(s) {unknown}; columns: {', '.join(table.column_names)}")
         table = table.select(wanted)
     total = table.num_rows
-    table = table.slice(0, n)
+    table = table.slice(0, n if n is not None else SIDE_TABLE_ROWS if side_table else 10)
     if jsonl:
         for row in table.to_pylist():
             sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
         return
     what = "excluded" if excluded else f"{side_table} table" if side_table else "kept"
-    out.print(
-        rows_table(f"{flow}/{stage} {artifact.fingerprint}: {table.num_rows} of {total} {what} rows", table)
-    )
+    title = f"{flow}/{stage} {artifact.fingerprint}: {table.num_rows} of {total} {what} rows"
+    out.print(rows_table(title, table, raw=raw, terminal=out.width))
+
+
+SIDE_TABLE_ROWS = 50
 
 
 @app.command()

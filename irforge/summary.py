@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from irforge.engine import StageOutcome
 from irforge.status import StageStatus
@@ -115,15 +117,43 @@ def status_table(flow: str, statuses: Sequence[StageStatus]) -> Table:
     return table
 
 
-def rows_table(title: str, table: pa.Table, width: int = 100) -> Table:
+MIN_COLUMN_CHARS = 12  # narrower than this a column wraps every word: one block per row instead
+
+
+def rows_table(
+    title: str, table: pa.Table, width: int = 100, *, raw: bool = False, terminal: int | None = None
+) -> Table | Group:
+    """Rows as a table; as one block per row (column: value lines) when the columns would not
+    fit ``terminal`` characters at :data:`MIN_COLUMN_CHARS` each. Floats to 4 significant
+    digits unless ``raw``."""
+    names = table.column_names
+    if terminal is not None and len(names) * MIN_COLUMN_CHARS > terminal:
+        return _row_blocks(title, table, width, raw)
     out = Table(title=title, title_justify="left", show_lines=True)
-    for name in table.column_names:
+    for name in names:
         out.add_column(name, overflow="fold")
     for row in table.to_pylist():
-        out.add_row(*(_cell(row[c], width) for c in table.column_names))
+        out.add_row(*(_cell(row[c], width, raw) for c in names))
     return out
 
 
-def _cell(value: Any, width: int) -> str:
-    text = " > ".join(map(str, value)) if isinstance(value, list) else "-" if value is None else str(value)
+def _row_blocks(title: str, table: pa.Table, width: int, raw: bool) -> Group:
+    blocks: list[Any] = [Text(title, style="bold")]
+    for i, row in enumerate(table.to_pylist(), start=1):
+        block = Table(title=f"row {i}", title_justify="left", show_header=False, box=None, padding=(0, 1))
+        block.add_column(style="bold", no_wrap=True)
+        block.add_column(overflow="fold")
+        for name, value in row.items():
+            block.add_row(name, _cell(value, width, raw))
+        blocks.append(block)
+    return Group(*blocks)
+
+
+def _cell(value: Any, width: int, raw: bool = False) -> str:
+    if isinstance(value, float) and not raw:
+        text = f"{value:.4g}"
+    elif isinstance(value, list):
+        text = " > ".join(f"{v:.4g}" if isinstance(v, float) and not raw else str(v) for v in value)
+    else:
+        text = "-" if value is None else str(value)
     return text if len(text) <= width else text[: width - 1] + "…"

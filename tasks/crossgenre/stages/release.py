@@ -1,7 +1,7 @@
 """Stage ``release``: the collection as a Hugging Face dataset folder with its card (contract §12).
 
 Configs ``corpus`` (claims' cited abstracts ∪ distractors: ``_id, title, text``),
-``queries`` (``_id, text`` = headline, ``url, site, date``), ``qrels`` (``query-id,
+``queries`` (``_id, text`` = headline, ``url, site, date`` — "" when unknown), ``qrels`` (``query-id,
 corpus-id, score``), ``candidates`` (the ``variant`` top list: ``rank, score``) and
 ``pairs`` (the ``pairs`` stage's rows by ``corpus-id``; with ``pairs_text`` their abstract
 too); splits train / dev / test from the ``splits`` stage (layout:
@@ -86,7 +86,8 @@ def collect(ctx: StageContext[ReleaseConfig]) -> Rows:
     claims = up["claims"].read(columns=["query_id", "headline", "url", "site", "published"]).to_pylist()
     for q in sorted(claims, key=lambda r: r["query_id"]):
         if q["query_id"] in split:
-            row = (q["query_id"], q["headline"], q["url"], q["site"], q["published"])
+            # "" for an unknown date: MTEB's collator refuses None in a string field.
+            row = (q["query_id"], q["headline"], q["url"], q["site"], q["published"] or "")
             out.setdefault(("queries", split[q["query_id"]]), []).append(row)
     for r in up["claims"].read(columns=["query_id", "doc_id", "relevance"], table="qrels").to_pylist():
         if r["query_id"] in split:
@@ -174,7 +175,7 @@ def process(chunk: pa.Table, ctx: StageContext[ReleaseConfig]) -> ChunkResult:
 
 SPEC: StageSpec[ReleaseConfig] = StageSpec(
     name="release",
-    version=1,
+    version=2,  # 2: an unknown query date is "" (MTEB refuses None)
     config_type=ReleaseConfig,
     upstream=tuple(dict.fromkeys([s for s, _label in FUNNEL] + list(DATA_STAGES))),
     schema=SCHEMA,
