@@ -8,7 +8,12 @@ Used by ``tasks/crossgenre/stages/ingest.py`` (through ``tasks/crossgenre/pages.
 - **robots.txt** (RFC 9309, https://www.rfc-editor.org/rfc/rfc9309): read with protego for the
   configured user agent before the first request to a host, and checked for every URL,
   redirects included. 4xx: no rules, everything allowed; 5xx or unreachable: everything
-  disallowed (§2.3.1.3-4). A refused URL raises :class:`FetchFailed` ``robots_disallowed``.
+  disallowed (§2.3.1.3-4), read once per scheme, host and port. A refused URL raises
+  :class:`FetchFailed` ``robots_disallowed``.
+- **Internal addresses** (:mod:`tasks.common.address_guard`): before every connection,
+  redirects included, the host is resolved and refused when it is loopback, private,
+  link-local, multicast or otherwise not public, unless ``allow_hosts`` / ``allow_networks``
+  name it: :class:`FetchFailed` ``blocked_address``. A malformed URL is ``fetch_failed``.
 - **Retries**: a timeout, a lost connection, 429 or 5xx is retried up to ``max_attempts``
   times, after ``backoff_s`` doubling each time, or after the server's ``Retry-After``.
 - **Cache** (:class:`ResponseCache`, ``<cache_dir>/news_http.sqlite``): every final answer
@@ -36,6 +41,7 @@ from irforge.config import StrictModel
 from irforge.errors import IrforgeError
 from irforge.fingerprint import Transport
 from irforge.sqlite_cache import SqliteCache
+from tasks.common.address_guard import AddressGuard, BlockedAddress, Resolver, system_resolver
 from tasks.common.pacing import HostPacer
 from tasks.common.text.document import InputRejected
 
@@ -63,6 +69,12 @@ class FetchConfig(StrictModel):
     backoff_s: Transport[float] = Field(1.0, ge=0, description="First wait between tries; doubles each time.")
     max_items_per_feed: int | None = Field(None, ge=1, description="Only the first N items of each feed.")
     max_bytes: int = Field(10_000_000, ge=1, description="Larger responses are a fetch failure.")
+    allow_hosts: list[str] = Field(
+        [], description="Hosts fetched although they resolve to internal addresses (tests, intranet feeds)."
+    )
+    allow_networks: list[str] = Field(
+        [], description="Internal networks (CIDR) fetched all the same, e.g. 10.20.0.0/16 for an intranet."
+    )
     day: str | None = Field(
         None,
         pattern=r"^\d{4}-\d{2}-\d{2}$",
@@ -145,8 +157,10 @@ class PoliteFetcher:
         *,
         pacer: HostPacer = PACER,
         transport: httpx.BaseTransport | None = None,
+        resolver: Resolver = system_resolver,
     ) -> None:
         self.config, self.cache, self.pacer = config, cache, pacer
+        self.guard = AddressGuard(config.allow_hosts, config.allow_networks, resolver)
         self.day = config.day or today()
         self.requests = 0  # sent over the network (cache hits not counted)
         self._robots: dict[str, Protego] = {}
@@ -181,9 +195,19 @@ class PoliteFetcher:
     def _follow(self, url: str, *, robots: bool) -> Response:
         current = url
         for _ in range(_MAX_REDIRECTS + 1):
-            parts = urlsplit(current)
+            try:
+                parts = urlsplit(current)
+                parts.port  # noqa: B018 -- a bad port raises here, not later
+            except ValueError as err:  # "http://[::1/x": Invalid IPv6 URL, a port out of range
+                raise FetchFailed("fetch_failed", f"{current}: malformed URL ({err})") from None
             if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
                 raise FetchFailed("fetch_failed", f"{current}: not an http(s) URL")
+            try:
+                self.guard.check(
+                    parts.hostname, parts.port or (443 if parts.scheme.lower() == "https" else 80)
+                )
+            except BlockedAddress as err:
+                raise FetchFailed("blocked_address", f"{current}: {err}") from None
             if robots:
                 self._check_robots(current)
             reply = self._request(current)
@@ -197,7 +221,7 @@ class PoliteFetcher:
         host = (urlsplit(url).hostname or "").lower()
         problem = ""
         for attempt in range(self.config.max_attempts):
-            self.pacer.wait(host, self._interval(host))
+            self.pacer.wait(host, self._interval(url))
             self.requests += 1
             try:
                 reply = self._send(url)
@@ -231,9 +255,10 @@ class PoliteFetcher:
         if attempt + 1 < self.config.max_attempts:
             time.sleep(_retry_after(retry_after, self.config.backoff_s * 2**attempt))
 
-    def _interval(self, host: str) -> float:
+    def _interval(self, url: str) -> float:
         interval = 1.0 / self.config.requests_per_second
-        rules = self._robots.get(host)
+        parts = urlsplit(url)
+        rules = self._robots.get(f"{parts.scheme.lower()}://{parts.netloc.lower()}")
         delay = rules.crawl_delay(self.config.user_agent) if rules is not None else None
         return max(interval, float(delay or 0.0))
 
@@ -241,10 +266,10 @@ class PoliteFetcher:
         if not self.config.respect_robots:
             return
         parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        if host not in self._robots:
-            self._robots[host] = self._read_robots(f"{parts.scheme}://{parts.netloc}/robots.txt")
-        if not self._robots[host].can_fetch(url, self.config.user_agent):
+        origin = f"{parts.scheme.lower()}://{parts.netloc.lower()}"  # RFC 9309 §2.3: per scheme, host, port
+        if origin not in self._robots:
+            self._robots[origin] = self._read_robots(f"{origin}/robots.txt")
+        if not self._robots[origin].can_fetch(url, self.config.user_agent):
             raise FetchFailed(
                 "robots_disallowed", f"{url} is disallowed for {self.config.user_agent!r} by robots.txt"
             )

@@ -30,7 +30,10 @@ from tests.fakes.news_server import NewsServer, news_server
 
 __all__ = ["news_server"]  # the fixture, used by parameter name below
 
-FETCH = {"requests_per_second": 500, "timeout_s": 2, "max_attempts": 1, "backoff_s": 0, "day": "2024-05-01"}
+FETCH = {
+    "requests_per_second": 500, "timeout_s": 2, "max_attempts": 1, "backoff_s": 0, "day": "2024-05-01",
+    "allow_hosts": ["127.0.0.1"],  # the loopback publisher (internal addresses are refused by default)
+}  # fmt: skip
 PUBMED = PubmedConfig(engine="local", medline=["."])
 NO_ID = "article path, no identifier in the URL"
 

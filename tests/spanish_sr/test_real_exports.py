@@ -22,7 +22,13 @@ EXPORTS = REPO / "tests" / "spanish_sr" / "real_exports"
 GOLD = [json.loads(line) for line in (EXPORTS / "gold.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
-@pytest.mark.parametrize("gold", GOLD, ids=[g["file"] for g in GOLD])
+CASES = [
+    pytest.param(g, marks=pytest.mark.xfail(strict=True, reason=g["pending"])) if "pending" in g else g
+    for g in GOLD
+]
+
+
+@pytest.mark.parametrize("gold", CASES, ids=[g["file"] for g in GOLD])
 def test_ingest_and_clean_give_the_labelled_counts(tmp_path: Path, gold: dict) -> None:  # type: ignore[type-arg]
     expected = gold["expected"]
     ingested = run_one(

@@ -111,3 +111,50 @@ def shorten_statement(text: str) -> str:
     if len(text) <= _STATEMENT_MAX:
         return text
     return text[:_STATEMENT_MAX].rsplit(" ", 1)[0] + "…"
+
+
+# How much each licence family restricts re-use (CC's own order: each step adds a condition).
+_STRICTNESS = {"cc0": 0, "public-domain": 0, "cc-by": 1, "cc-by-sa": 2, "cc-by-nd": 3, "cc-by-nc": 3,
+               "cc-by-nc-sa": 4, "cc-by-nc-nd": 5}  # fmt: skip
+# Pairs whose terms cannot both hold for one work: the release is "other", naming both.
+_CONFLICTS = (
+    {"cc-by-sa", "cc-by-nc"},
+    {"cc-by-sa", "cc-by-nd"},
+    {"cc-by-sa", "cc-by-nc-nd"},
+    {"cc-by-sa", "cc-by-nc-sa"},
+)
+
+
+def _family(licence: str) -> str | None:
+    lower = licence.lower()
+    if lower.startswith("cc0") or lower == "public-domain":
+        return "cc0" if lower.startswith("cc0") else "public-domain"
+    found = re.match(r"(cc-by(?:-nc)?(?:-sa|-nd)?)(?:-(\d\.\d))?$", lower)
+    return found.group(1) if found else None
+
+
+def hub_id(licence: str) -> str:
+    """A source licence id ("CC-BY-4.0") as the Hugging Face Hub writes it ("cc-by-4.0")."""
+    lower = licence.lower()
+    return lower if re.search(r"-\d\.\d$", lower) else f"{lower}-4.0" if lower.startswith("cc-by") else lower
+
+
+def release_licence(configured: str, sources: dict[str, int]) -> tuple[str, str | None]:
+    """The licence a release may carry: the configured one, unless a source licence is more
+    restrictive (then that one), conflicts with another, or is unknown (then ``other``, with
+    the reason as its name). A card never claims more than its sources allow."""
+    families = {s: _family(s) for s in sources}
+    unknown = sorted(s for s, f in families.items() if f is None)
+    if unknown:
+        return "other", f"sources under unknown or unrecognised licences ({', '.join(unknown)}): check each"
+    present = {f for f in families.values() if f is not None}
+    clash = next((pair for pair in _CONFLICTS if pair <= present), None)
+    if clash:
+        return "other", f"sources under {' and '.join(sorted(clash))}, whose terms conflict: see each source"
+    strictest = max(sources, key=lambda s: _STRICTNESS[families[s] or "cc0"], default=None)
+    own = _family(configured)
+    if strictest is None or (
+        own is not None and _STRICTNESS[own] >= _STRICTNESS[families[strictest] or "cc0"]
+    ):
+        return configured, None
+    return hub_id(strictest), None

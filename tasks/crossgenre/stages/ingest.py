@@ -22,8 +22,9 @@ HTTP charset, else the BOM / XML declaration / ``<meta charset>``
 is HTML at all is ``extract``'s question (``not_html``).
 
 Excluded: ``unreadable`` (a file that cannot be read, a bad JSONL line or WARC record, a
-feed that does not parse), ``fetch_failed`` (HTTP error, timeout, too large; the detail
-names the URL), ``robots_disallowed``, ``duplicate_page`` (same sha256 or same URL as a page
+feed that does not parse), ``fetch_failed`` (HTTP error, timeout, too large, a malformed
+URL; the detail names the URL), ``robots_disallowed``, ``blocked_address`` (an internal
+address, redirects included: :mod:`tasks.common.address_guard`), ``duplicate_page`` (same sha256 or same URL as a page
 kept before it in input order — paths sorted, then feeds in config order; the detail
 names that page).
 """

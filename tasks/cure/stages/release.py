@@ -35,6 +35,7 @@ from irforge.artifacts import lineage
 from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.release.files import FILES_SCHEMA
+from tasks.common.text.licences import release_licence
 from tasks.cure.dataset.card import CardInfo, ModelInfo, PromptInfo
 from tasks.cure.dataset.layout import write_release
 from tasks.cure.dataset.schema import LANGUAGES, release_configs
@@ -122,8 +123,12 @@ def card_info(ctx: StageContext[ReleaseConfig]) -> CardInfo:
         for row in stages["ingest"].read(columns=["article_id", "license"]).to_pylist():
             if row["article_id"] in in_corpus:
                 licences[row["license"]] += 1
+    settings = ctx.config.model_dump()  # name, pretty_name, license, license_name, license_link
+    licence, reason = release_licence(settings["license"], dict(licences))
+    if licence != settings["license"]:  # a source is more restrictive: the card says what holds
+        settings.update(license=licence, license_name=reason or settings["license_name"])
     return CardInfo(
-        **ctx.config.model_dump(),  # name, pretty_name, license, license_name, license_link
+        **settings,
         languages=_languages(ctx),
         source_licences=dict(sorted(licences.items())),
         flow_config=config_text,
@@ -176,7 +181,7 @@ def process(chunk: pa.Table, ctx: StageContext[ReleaseConfig]) -> ChunkResult:
 
 SPEC: StageSpec[ReleaseConfig] = StageSpec(
     name="release",
-    version=2,  # 2: complete by construction (queries lacking a language left out of all)
+    version=3,  # 3: the card's licence never more permissive than its sources' (issue 29)
     config_type=ReleaseConfig,
     upstream=("corpus", "translate", "qrels"),
     schema=SCHEMA,
