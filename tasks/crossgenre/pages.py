@@ -114,6 +114,12 @@ def _refused(item: str, source: str, reason: str, detail: str) -> dict[str, Any]
 
 
 def _container_items(path: str, digest: str, base_dir: Path) -> list[dict[str, Any]]:
+    """A JSONL or WARC file's items; a file with none is one ``empty_file`` refusal (no silent drop)."""
+    items = _items_of(path, digest, base_dir)
+    return items or [_refused(path, path, "empty_file", f"{path}: no page in it")]
+
+
+def _items_of(path: str, digest: str, base_dir: Path) -> list[dict[str, Any]]:
     full = base_dir / path
     try:
         if digest_file(full) != digest:

@@ -94,7 +94,8 @@ def _ris(text: str, fields: FieldMap) -> Iterator[Record]:
 
 def _ris_record(number: int, start: int, block: list[str], fields: FieldMap) -> Record:
     try:
-        parsed = rispy.loads("\n".join(block))
+        # Repeated tags as lists: a SciELO record has an English and a Spanish or Portuguese AB.
+        parsed = rispy.loads("\n".join(block), enforce_list_tags=False)
     except Exception as err:  # rispy raises bare exceptions on bad tag lines
         return Record(number, reason="malformed_record", detail=f"line {start}: {err}")
     if len(parsed) != 1:

@@ -189,10 +189,17 @@ def decode(data: bytes, encoding: str | None) -> tuple[str, str]:
 
 def normalised(raw: dict[str, Any], separator: str) -> dict[str, Any]:
     """Raw values → the kept fields: stripped strings (blank → None), year as int, DOI
-    normalised, descriptors a list."""
-    out: dict[str, Any] = {}
+    normalised, descriptors a list. A record with several abstracts (a SciELO RIS record's
+    English and Spanish ``AB``) keeps the first as ``abstract`` and the others as
+    ``abstract_variants``, for ``clean`` to pick the configured language's."""
+    out: dict[str, Any] = {"abstract_variants": []}
     for name in FIELDS:
         value = raw.get(name)
+        if name in ("title", "abstract") and isinstance(value, list | tuple):
+            texts = [t for v in value if v is not None and (t := str(v).strip())]
+            value = texts[0] if texts else None
+            if name == "abstract":
+                out["abstract_variants"] = texts[1:]
         if name == "descriptors":
             items = value if isinstance(value, list | tuple) else [] if value is None else [value]
             parts = [p for v in items for p in str(v).split(separator) if v is not None]
@@ -211,15 +218,22 @@ def normalised(raw: dict[str, Any], separator: str) -> dict[str, Any]:
 # --- tables -------------------------------------------------------------------------------
 
 
+# What openpyxl raises on a damaged workbook: a bad zip, a missing or malformed XML part
+# (lxml's XMLSyntaxError and ElementTree's ParseError are SyntaxError subclasses).
+_XLSX_DAMAGE = (zipfile.BadZipFile, KeyError, ValueError, TypeError, IndexError, OSError, SyntaxError)
+
+
 def _xlsx_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:
     try:
         book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as err:
-        raise Unreadable(f"not an XLSX workbook: {err}") from None
+    except _XLSX_DAMAGE as err:
+        raise Unreadable(f"not a readable XLSX workbook: {type(err).__name__}: {err}") from None
     try:
         sheet = book.worksheets[0]
         for number, row in enumerate(sheet.iter_rows(values_only=True), start=1):
             yield number, list(row)
+    except _XLSX_DAMAGE as err:
+        raise Unreadable(f"damaged XLSX workbook: {type(err).__name__}: {err}") from None
     finally:
         book.close()
 

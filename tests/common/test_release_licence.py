@@ -8,7 +8,10 @@ from tasks.common.text.licences import release_licence
 def test_the_most_restrictive_source_licence_wins_over_a_more_permissive_setting() -> None:
     assert release_licence("cc0-1.0", {"CC-BY-4.0": 5, "CC0-1.0": 1}) == ("cc-by-4.0", None)
     assert release_licence("cc0-1.0", {"CC-BY-NC-ND-3.0": 1, "CC-BY-4.0": 2}) == ("cc-by-nc-nd-3.0", None)
-    assert release_licence("cc-by-nc-4.0", {"CC-BY-4.0": 5}) == ("cc-by-nc-4.0", None)  # stricter setting stays
+    assert release_licence("cc-by-nc-4.0", {"CC-BY-4.0": 5}) == (
+        "cc-by-nc-4.0",
+        None,
+    )  # stricter setting stays
     assert release_licence("cc-by-4.0", {}) == ("cc-by-4.0", None)
 
 

@@ -360,7 +360,9 @@ def test_crawl_delay_slows_the_pace_and_every_request_is_paced(news_server: News
             waits.append((host, interval))
             return 0.0
 
-    fetcher = PoliteFetcher(FetchConfig(requests_per_second=10, allow_hosts=["127.0.0.1"]), None, pacer=Recording())
+    fetcher = PoliteFetcher(
+        FetchConfig(requests_per_second=10, allow_hosts=["127.0.0.1"]), None, pacer=Recording()
+    )
     try:
         fetcher.get(news_server.url + "/a.html")
         fetcher.get(news_server.url + "/b.html")
@@ -383,3 +385,14 @@ def test_a_feed_that_does_not_parse_is_unreadable_and_items_can_be_capped(
     assert [(e["item"], e["reason"]) for e in excluded] == [(not_feed, "unreadable")]
     assert excluded[0]["detail"].startswith(f"{not_feed}: not an RSS/Atom feed")
     assert "/news/b.html" not in news_server.paths()
+
+
+def test_an_empty_jsonl_or_warc_file_is_an_excluded_empty_file_not_a_vanished_row(tmp_path: Path) -> None:
+    (tmp_path / "none.jsonl").write_text("\n\n", encoding="utf-8")
+    (tmp_path / "none.warc").write_bytes(b"")
+    outcome = _ingest(tmp_path / "art", tmp_path, pages=["none.jsonl", "none.warc"])
+    assert outcome.artifact.read().num_rows == 0
+    assert {k: (r["reason"], r["detail"]) for k, r in _excluded(outcome).items()} == {
+        "none.jsonl": ("empty_file", "none.jsonl: no page in it"),
+        "none.warc": ("empty_file", "none.warc: no page in it"),
+    }

@@ -317,3 +317,20 @@ def test_the_year_is_taken_from_scielo_pids_only_when_missing(tmp_path: Path) ->
     assert row["year"] == 1999
     with pytest.raises(ConfigError, match="group"):
         validate_config(IngestConfig, {"sources": [{"path": "x", "year_from_id": r"\d{4}"}]}, "test")
+
+
+def test_a_zip_named_xlsx_with_a_malformed_part_is_one_unreadable_file_not_a_crash(tmp_path: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "export.xlsx", "w") as book:
+        book.writestr("[Content_Types].xml", "<Types><broken")
+        book.writestr("xl/workbook.xml", "<workbook/>")
+    write = tmp_path / "ok.jsonl"
+    write.write_text(
+        '{"id": "r1", "title": "Caries", "abstract": "Estudio en escolares."}\n', encoding="utf-8"
+    )
+    outcome = ingest(tmp_path, tmp_path, "export.xlsx", "ok.jsonl")
+    assert [r["record_id"] for r in outcome.artifact.read().to_pylist()] == ["r1"]
+    [bad] = outcome.artifact.excluded().to_pylist()
+    assert (bad["source"], bad["reason"]) == ("export.xlsx", "unreadable")
+    assert "not a readable XLSX workbook: XMLSyntaxError" in bad["detail"]

@@ -17,7 +17,9 @@ Per record, in this order (issue 17 §2):
    ``title_is_identifier``;
 3. fewer than ``min_abstract_words`` whitespace-separated words → ``short_abstract``;
 4. py3langid (probabilities normalised) on the abstract: another language than
-   ``language`` → ``wrong_language``; ``detected_language`` and ``language_confidence``
+   ``language`` → ``wrong_language``, unless one of the record's ``abstract_variants`` is in
+   ``language`` (a SciELO record's Spanish abstract after its English one): it becomes the
+   abstract (``fixed`` names ``abstract``); ``detected_language`` and ``language_confidence``
    are kept either way;
 5. exact duplicates (same normalised title + abstract) and near duplicates (normalised
    Levenshtein similarity ≥ ``duplicate_threshold``, :mod:`tasks.common.text.variants`,
@@ -161,12 +163,27 @@ def _check(row: dict[str, Any], config: CleanConfig) -> tuple[str, str] | None:
     if words < config.min_abstract_words:
         return "short_abstract", f"{words} words < {config.min_abstract_words}"
     row["detected_language"], row["language_confidence"] = detect(abstract)
+    if row["detected_language"] != config.language and _in_language(row, config.language):
+        row["fixed"].append("abstract")  # the record's abstract in the configured language
     if row["detected_language"] != config.language:
         return (
             "wrong_language",
             f"{row['detected_language']} ({row['language_confidence']:.3f}), not {config.language}",
         )
     return None
+
+
+def _in_language(row: dict[str, Any], language: str) -> bool:
+    """Swap in the first of the record's other abstracts written in ``language`` (a SciELO
+    record's Spanish one after its English one); True when one was."""
+    variants = row.get("abstract_variants") or []
+    for i, variant in enumerate(variants):
+        found, confidence = detect(variant)
+        if found == language:
+            row["abstract_variants"] = [row["abstract"], *variants[:i], *variants[i + 1 :]]
+            row["abstract"], row["detected_language"], row["language_confidence"] = variant, found, confidence
+            return True
+    return False
 
 
 def _looks_like_abstract(title: str, config: CleanConfig) -> bool:
@@ -249,7 +266,7 @@ def _excluded(row: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
 
 SPEC: StageSpec[CleanConfig] = StageSpec(
     name="clean",
-    version=2,  # 2: title_is_identifier; title_is_abstract needs an abstract's shape (issue 28)
+    version=3,  # 2: title_is_identifier, title_is_abstract's shape; 3: abstract variants (issue 28)
     config_type=CleanConfig,
     upstream=("ingest",),
     schema=SCHEMA,

@@ -83,6 +83,7 @@ RECORD_FIELDS = (
     pa.field("year", pa.int32()),
     pa.field("doi", _S),
     pa.field("descriptors", pa.list_(_S), nullable=False),
+    pa.field("abstract_variants", pa.list_(pa.large_string()), nullable=False),  # other-language abstracts
 )
 SCHEMA = pa.schema([pa.field("record_id", _S, nullable=False), *LOCATION, *RECORD_FIELDS])
 EXCLUDED_SCHEMA = exclusion_schema(pa.field("record_id", _S), *LOCATION)
@@ -129,7 +130,9 @@ def _file_units(
     ctx: StageContext[IngestConfig], display: str, digest: str, entry: SourceConfig
 ) -> list[dict[str, Any]]:
     path = ctx.base_dir / display
-    base: dict[str, Any] = {"source": display, "format": None, "encoding": None, "descriptors": []}
+    base: dict[str, Any] = {
+        "source": display, "format": None, "encoding": None, "descriptors": [], "abstract_variants": []
+    }  # fmt: skip
     try:
         data = read_input(path, digest, ctx.config.max_file_bytes)
         fmt = resolve_format(path, data) if entry.format == "auto" else entry.format
@@ -149,7 +152,7 @@ def _record_units(display: str, read: FileRead, entry: SourceConfig) -> list[dic
     stem = Path(display).name.split(".")[0]
     out = []
     for rec in read.records:
-        fields = rec.fields or {"descriptors": []}
+        fields = rec.fields or {"descriptors": [], "abstract_variants": []}
         own = fields.get("id") if entry.own_ids else None
         fate, detail = rec.reason or "ok", rec.detail
         if rec.reason is None and not (fields.get("title") or fields.get("abstract")):
@@ -212,7 +215,7 @@ def _where(row: dict[str, Any], detail: str | None) -> str:
 
 SPEC: StageSpec[IngestConfig] = StageSpec(
     name="ingest",
-    version=3,  # 3: CSV delimiter found by parsing, or configured (issue 28)
+    version=4,  # 3: CSV delimiter by parsing; 4: abstract_variants (issue 28)
     config_type=IngestConfig,
     upstream=(),
     schema=SCHEMA,
