@@ -20,6 +20,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -165,6 +166,29 @@ class PrefectChunkRunner:
             raise error
 
 
+PARENT_POLL_S = 0.5
+DRIVER_PID = "IRFORGE_DRIVER_PID"  # in a pool worker's env: the process it dies with
+
+
+def die_with_parent(parent: int) -> threading.Thread:
+    """Exit this process (``os._exit``) within :data:`PARENT_POLL_S` of ``parent``'s death,
+    however it died (SIGKILL too): a daemon thread watches for the re-parenting. Not
+    PR_SET_PDEATHSIG, which fires when the *thread* that spawned a worker ends, and pool
+    workers are spawned from a stage's short-lived thread (issue 30)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)  # re-parented (to init or a subreaper): the driver is gone
+
+    if os.getppid() != parent:  # it died before the watch began
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="die-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 def _start_worker(env: dict[str, str], settings: dict[str, Any]) -> None:
     """A pool worker's initializer: ``env``, then Prefect's settings and one client, once for all
     its task runs (entered for the worker's life: its one thread runs every task).
@@ -178,6 +202,7 @@ def _start_worker(env: dict[str, str], settings: dict[str, Any]) -> None:
     the open ``SyncClientContext`` when there is one; :class:`_PoolTaskRunner` sends no settings.
     """
     os.environ.update(env)
+    die_with_parent(int(env.get(DRIVER_PID, os.getppid())))
     from prefect.context import SettingsContext, SyncClientContext  # noqa: PLC0415 -- Prefect's pool imported them
 
     SettingsContext(**settings).__enter__()  # exited with the process
@@ -269,7 +294,7 @@ def make_task_runner(execution: ExecutionConfig) -> TaskRunner[Any]:
     """Prefect's task runner for ``execution.runner`` (not started)."""
     if execution.runner == "process":
         workers = execution.workers or os.cpu_count() or 1
-        env = _worker_environment() | thread_shares(workers)
+        env = _worker_environment() | thread_shares(workers) | {DRIVER_PID: str(os.getpid())}
         return _PoolTaskRunner(workers, env)
     if execution.runner == "ray":
         from prefect_ray import RayTaskRunner  # noqa: PLC0415
