@@ -26,6 +26,7 @@ every rule reads what the page states and cross-checks one statement against ano
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
 from collections import Counter
@@ -316,7 +317,8 @@ def headline(doc: HtmlElement, site_host: str) -> str | None:
     if framed and len(framed[0].split()) >= _MIN_HEADLINE_WORDS:
         return framed[0]  # the article's own <h1>, under a title written for search engines
     for h1 in h1s:  # a title rewritten after the same opening words ("Wie kann ich …? Die 8 Tipps")
-        if any(_weight(_common_prefix(_alnum(h1), _alnum(t))) >= _MIN_PREFIX_CHARS for t in stripped):
+        shared = [os.path.commonprefix([_alnum(h1), _alnum(t)]) for t in stripped]  # noqa: RUF071 -- text
+        if any(_weight(prefix) >= _MIN_PREFIX_CHARS for prefix in shared):
             return h1
     if stripped:
         best = stripped[0]
@@ -368,13 +370,6 @@ def agrees(a: str, b: str) -> bool:
 def _weight(text: str) -> int:
     """Length in Latin-letter equivalents: a CJK character carries a word's worth (three)."""
     return sum(3 if "\u3040" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af" else 1 for ch in text)
-
-
-def _common_prefix(a: str, b: str) -> str:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return a[:n]
 
 
 def _alnum(text: str) -> str:

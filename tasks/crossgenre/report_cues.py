@@ -151,16 +151,19 @@ def work_evidence(refs: Iterable[Mapping[str, Any]], headline: str, page_year: i
     why: list[str] = []
     headline_words = _words(headline)
     contexts = []
+    in_block = False  # a source block or the metadata already says reported
     for ref in refs:
         block, context = ref.get("block") or "main", ref.get("context") or ""
         text = f"{ref.get('anchor') or ''}\n{context}"
         contexts.append(text)
         if block == "metadata":
             score, why = score + REPORTED, [*why, "the page's metadata names it as its source"]
+            in_block = True
         elif block == "reference" and _REPORTING.search(context):
             score, why = score + REPORTED, [*why, "in a source / journal-reference block"]
+            in_block = True
     joined = "\n".join(contexts)
-    if (found := _REPORTING.search(joined)) and not any("block" in w for w in why):
+    if not in_block and (found := _REPORTING.search(joined)):
         score, why = score + REPORTED, [*why, f"reporting words {found.group().strip()!r} near it"]
     if background := _BACKGROUND.search(joined):
         score, why = score - REPORTED, [*why, f"background words {background.group().strip()!r} near it"]

@@ -9,13 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from tasks.common.pubmed.local import pii_key
+from tasks.common.pubmed.local import is_elsevier_pii, pii_key
 from tasks.common.pubmed.port import ArticleId, IdKind, PubmedRecord, PubmedSource
 from tasks.crossgenre.report_cues import Evidence, not_a_study, page_kind, work_evidence
 from tasks.crossgenre.roundup import roundup_wording, two_claims
 
 _ID_KINDS = frozenset({"doi", "pmid", "pmcid", "pii"})
-_ELSEVIER_PII = re.compile(r"S\d{15}[\dX]")  # a PII without punctuation (pii_key)
 
 
 @dataclass
@@ -62,7 +61,7 @@ def ref_keys(ref: Mapping[str, Any], pmids: Mapping[ArticleId, str | None]) -> l
             keys.append(f"{aid.kind}:{aid.value.lower()}")
         if aid.kind == "doi":
             prefix, _, suffix = aid.value.partition("/")
-            if prefix == "10.1016" and _ELSEVIER_PII.fullmatch(pii_key(suffix)):
+            if prefix == "10.1016" and is_elsevier_pii(pii_key(suffix)):
                 keys.append(f"pii:{pii_key(suffix)}")
     keys.append(f"url:{_url_key(ref['url'])}")
     return keys
@@ -79,9 +78,10 @@ def group_works(refs: Sequence[Mapping[str, Any]], pmids: Mapping[ArticleId, str
             i = parent[i]
         return i
 
+    keys_of = [ref_keys(ref, pmids) for ref in refs]
     first: dict[str, int] = {}
-    for i, ref in enumerate(refs):
-        for key in ref_keys(ref, pmids):
+    for i, keys in enumerate(keys_of):
+        for key in keys:
             j = first.setdefault(key, i)
             a, b = root(i), root(j)
             if a != b:
@@ -91,7 +91,7 @@ def group_works(refs: Sequence[Mapping[str, Any]], pmids: Mapping[ArticleId, str
         groups.setdefault(root(i), []).append(i)
     works = []
     for members in groups.values():
-        keys = [k for i in members for k in ref_keys(refs[i], pmids)]
+        keys = [k for i in members for k in keys_of[i]]
         pmid = next((k[5:] for k in keys if k.startswith("pmid:")), None)
         key = f"pmid:{pmid}" if pmid else keys[0]
         works.append(Work(key, pmid, [dict(refs[i]) for i in members]))
@@ -121,6 +121,10 @@ class Verdict:
     reason: str = ""  # the excluded reason
     reported: tuple[int, ...] = ()  # the kept works (indexes); empty: all of them
 
+    def cited_works(self, works: Sequence[Work]) -> list[Work]:
+        """The works a kept page cites: the reported one(s), else all."""
+        return [works[i] for i in self.reported] or list(works)
+
 
 @dataclass(frozen=True)
 class PageSigns:
@@ -141,6 +145,17 @@ def page_signs(page: Mapping[str, Any]) -> PageSigns:
     year = int(published[:4]) if published[:4].isdigit() else None
     lead = (page.get("main_text") or "")[:LEAD_CHARS]
     return PageSigns(page.get("page_types") or (), page.get("headings") or (), lead, year)
+
+
+def decide_page(
+    page: Mapping[str, Any],
+    works: Sequence[Work],
+    records: Mapping[str, PubmedRecord],
+    max_works: int,
+    roundup_patterns: Sequence[str] = (),
+) -> Verdict:
+    """:func:`decide` on a journal_links row (its headline and :func:`page_signs`)."""
+    return decide(page["headline"], works, records, max_works, roundup_patterns, page_signs(page))
 
 
 def decide(

@@ -56,6 +56,11 @@ def pii_keys(value: str) -> tuple[str, ...]:
     return (key, key[3:]) if key.startswith("PII") and len(key) > 3 else (key,)
 
 
+def is_elsevier_pii(key: str) -> bool:
+    """Whether ``key`` (a :func:`pii_key`) has an Elsevier PII's shape (``S0140673619323177``)."""
+    return _ELSEVIER_PII.fullmatch(key) is not None
+
+
 def pii_forms(value: str) -> tuple[str, ...]:
     """How PubMed may store a PII given as ``value``: as given, and for an Elsevier PII written
     without punctuation, Elsevier's written form (``S0920-9964(19)30538-9``)."""

@@ -22,12 +22,12 @@ from tasks.crossgenre.domains import DomainList
 from tasks.crossgenre.pages import ItemRefused, RawPage, gunzipped
 from tasks.crossgenre.quality.gold import GoldPage, identifier_key
 from tasks.crossgenre.stages.extract import ExtractConfig, PageRejected, read_page
-from tasks.crossgenre.stages.ingest import page_row
+from tasks.crossgenre.stages.ingest import IngestConfig, page_row
 from tasks.crossgenre.stages.journal_links import judge_page
 from tasks.crossgenre.stages.single_study import SingleStudyConfig
-from tasks.crossgenre.works import Work, decide, lookup_works, page_signs
+from tasks.crossgenre.works import Work, decide_page, lookup_works
 
-_MAX_BYTES = 20_000_000
+_MAX_BYTES: int = IngestConfig.model_fields["max_page_bytes"].default  # ingest's own limit
 
 
 @dataclass
@@ -115,13 +115,12 @@ def measure(folder: Path, gold: GoldPage, tools: Tools) -> PageResult:
 def _single_study(result: PageResult, linked: dict[str, Any], tools: Tools) -> PageResult:
     config = tools.single_study
     [works], records = lookup_works(tools.source, [linked["study_links"]])
-    signs = page_signs(linked)
-    verdict = decide(linked["headline"], works, records, config.max_works, config.roundup_patterns, signs)
+    verdict = decide_page(linked, works, records, config.max_works, config.roundup_patterns)
     result.rule, result.detail = verdict.rule, verdict.why
     if not verdict.keep:
         result.stage, result.reason = "single_study", verdict.reason
         return result
-    chosen = [works[i] for i in verdict.reported] or works
+    chosen = verdict.cited_works(works)
     result.kept, result.cited_ids = True, _work_ids(chosen)
     if result.gold.pmid:
         pmids = {w.pmid for w in chosen if w.pmid}

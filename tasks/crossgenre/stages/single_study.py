@@ -37,7 +37,7 @@ from tasks.common.llm.stage import LLMCalls, llm_cost, llm_resources
 from tasks.common.pubmed.config import PubmedConfig, describe_pubmed, pubmed_source
 from tasks.crossgenre.single_study_llm import DEFAULT_PROMPT, ask_llm, load_prompt
 from tasks.crossgenre.stages.journal_links import SCHEMA as LINKS_SCHEMA
-from tasks.crossgenre.works import decide, lookup_works, page_signs, works_text
+from tasks.crossgenre.works import decide_page, lookup_works, works_text
 
 
 class SingleStudyConfig(StrictModel):
@@ -109,9 +109,8 @@ def process(chunk: pa.Table, ctx: StageContext[SingleStudyConfig]) -> ChunkResul
         page_works, records = lookup_works(source, [row["study_links"] for row in rows])
     kept, excluded, undecided = [], [], []
     for page, works in zip(rows, page_works, strict=True):
-        signs = page_signs(page)
-        verdict = decide(page["headline"], works, records, config.max_works, config.roundup_patterns, signs)
-        chosen = [works[i] for i in verdict.reported] or works
+        verdict = decide_page(page, works, records, config.max_works, config.roundup_patterns)
+        chosen = verdict.cited_works(works)
         row = {**page, "works": len(works), "cited": [w.cited() for w in chosen], "decided_by": verdict.rule}
         if verdict.keep:
             kept.append({**row, "decision": verdict.why})
