@@ -11,7 +11,10 @@ Each command runs as a whole process (``irforge`` of this environment), interlea
 - the same run forced (``--force``) on ``--articles`` real articles of ``../shared/samples/articles``
   (else ``data/demo/articles``): with Prefect's temporary server (the default) and with one
   local server (``irforge server start``); per run the overhead share, wall time less the
-  stages' own wall time (the run record's ``wall_s``) over wall time.
+  stages' own wall time (the run record's ``wall_s``) over wall time;
+- Prefect's floor on that same local server: a flow of four empty tasks (``FLOOR``), one per
+  stage of the run, with flow-run heartbeats off as irforge sets them on its own servers. No
+  orchestration by Prefect can cost less than this.
 
 Results go to ``bench/results/overhead.json``.
 """
@@ -36,9 +39,26 @@ if __package__ in (None, ""):  # run as a script: put the repository on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common
+from flows import local_server
 
 IRFORGE = str(Path(sys.executable).with_name("irforge"))
 SAMPLES = common.REPO.parent / "shared" / "samples" / "articles"
+FLOOR = """
+from prefect import flow, task
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+@task
+def stage(i: int) -> int:
+    return i
+
+@flow
+def empty() -> None:
+    for i in range(4):
+        stage.submit(i).result()
+
+with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    empty()
+"""
 
 
 def article_config(folder: Path, articles: int) -> Path:
@@ -103,11 +123,14 @@ def measure(rounds: int, articles: int, console: Console) -> tuple[common.Timing
             [IRFORGE, "server", "start"], env=local_env, capture_output=True, text=True, check=False
         )
         console.print(started.stdout.strip() or started.stderr.strip())
+        state = json.loads((root / "prefect-local" / local_server.STATE_FILE).read_text())
+        floor_env = {**local_env, "PREFECT_API_URL": state["url"]}  # the same server, named
         try:
             runs = common.interleaved(
                 {
                     "temporary server": command(env, *run, "--force"),
                     "local server": command(local_env, *run, "--force"),
+                    "prefect floor": command(floor_env, sys.executable, "-c", FLOOR),
                 },
                 rounds,
             )
@@ -135,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{timings.cold.get(name, float('nan')):.2f}",
             )
     console.print(table)
-    share = {name: runs.results[name] for name in runs.warm}  # the last round's overhead share
+    share = {name: runs.results[name] for name in runs.warm if name != "prefect floor"}  # last round
     console.print(
         f"overhead share of a forced {args.articles}-article run (last round): "
         + ", ".join(f"{k} {v:.0%}" for k, v in share.items())
@@ -171,6 +194,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 runs,
                 ("local server", "local server"),
                 ("temporary server", "temporary server"),
+            ),
+            common.table_row(
+                "forced run against Prefect's floor",
+                size,
+                "all",
+                runs,
+                ("local server", "local server"),
+                ("empty 4-task Prefect flow", "prefect floor"),
             ),
         ],
     }

@@ -158,20 +158,23 @@ def run(
     store = ArtifactStore.open(artifact_root(artifacts))
     steps = select_steps(pipeline, pipeline.plan(flow_config, base_dir), selection, store)
     # `irforge server start`'s server, set before Prefect reads its settings.
-    named = local_server.use_running_server() or os.environ.get("PREFECT_API_URL")
+    local = local_server.use_running_server()
+    named = local or os.environ.get("PREFECT_API_URL")
     if not named and nothing_to_compute(pipeline, steps, store):
         # Every artifact exists and no server is named: reuse them without starting Prefect's
         # temporary server (seconds for no work). With a server the run shows in its UI.
         result = run_reused(pipeline, config, store, steps, flow_config.execution)
     else:
-        result = _run_with_prefect(flow, config, artifacts, selection)
+        result = _run_with_prefect(flow, config, artifacts, selection, local=bool(local))
     out.print(run_summary(flow, result.outcomes))
     out.print(f"run record: {result.record_path}", highlight=False)
     if result.report_path is not None:
         out.print(f"run report: {result.report_path}", highlight=False)
 
 
-def _run_with_prefect(flow: str, config: Path | None, artifacts: str, selection: Selection) -> RunResult:
+def _run_with_prefect(
+    flow: str, config: Path | None, artifacts: str, selection: Selection, *, local: bool
+) -> RunResult:
     from prefect.settings import PREFECT_API_URL  # noqa: PLC0415 -- Prefect is slow to import: only `run` needs it
 
     from flows.run import irforge_flow  # noqa: PLC0415
@@ -183,15 +186,17 @@ def _run_with_prefect(flow: str, config: Path | None, artifacts: str, selection:
         from flows.ephemeral import guard_temporary_server  # noqa: PLC0415
 
         guard_temporary_server()
-    result: RunResult = irforge_flow(
-        flow=flow,
-        config=str(config) if config else None,
-        artifacts=artifacts,
-        from_stage=selection.from_stage,
-        only=selection.only,
-        until=selection.until,
-        force=selection.force,
-    )
+        local = True
+    with local_server.heartbeat_settings(ours=local):
+        result: RunResult = irforge_flow(
+            flow=flow,
+            config=str(config) if config else None,
+            artifacts=artifacts,
+            from_stage=selection.from_stage,
+            only=selection.only,
+            until=selection.until,
+            force=selection.force,
+        )
     return result
 
 

@@ -162,3 +162,22 @@ def _any_free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
+
+
+HEARTBEAT_VARIABLE = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
+
+
+def heartbeat_settings(ours: bool) -> contextlib.AbstractContextManager[object]:
+    """Flow-run heartbeats off on a server of our own (the temporary one, or ``irforge server
+    start``'s), unless ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` asks for them.
+
+    A heartbeat lets a server mark a dead run crashed, through an automation that a local
+    server does not have; joining Prefect's heartbeat thread costs each run up to 1 s at its end
+    (``_send_heartbeats`` in ``prefect/flow_engine.py`` sleeps in 1 s steps; issue 26). A server
+    named by ``PREFECT_API_URL`` or a profile keeps Prefect's setting.
+    """
+    if not ours or HEARTBEAT_VARIABLE in os.environ:
+        return contextlib.nullcontext()
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: PLC0415
+
+    return temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})

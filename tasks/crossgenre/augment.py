@@ -24,10 +24,13 @@ earlier kept one (compared case-insensitively, token by token) is not kept; the 
 draws again, up to ``attempts`` draws per wanted headline, and :class:`ActionReport` says
 how many draws were such duplicates and how many headlines could not be made.
 
-Seeds: nlpaug draws from Python's ``random`` and numpy's global generator (``torch`` too for
-the contextual engine). Each headline is augmented under its own seed, from the config's
-seed and the query id, with the global states restored afterwards: a query's augmentations
-do not depend on which other queries share its chunk.
+Seeds: nlpaug's word augmenters draw through ``Augmenter.sample`` and ``Augmenter.prob``
+(``nlpaug/base_augmenter.py``), which use Python's ``random`` and numpy's global generator.
+Ours override both with generators of their own (:class:`_LocalDraws`), reseeded for each
+headline from the config's seed and the query id: a query's augmentations depend neither on
+which queries share its chunk nor on another stage drawing in a thread of the same process
+(issue 30 §4). The contextual engine also samples with torch's global generator; it is
+seeded per headline under a process-wide lock.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import importlib
 import math
 import random
 import string
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -183,18 +187,49 @@ def query_seed(seed: int, query_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{query_id}".encode()).digest()[:8], "big")
 
 
+class _LocalDraws:
+    """nlpaug's two sources of chance, ``sample`` and ``prob`` (classmethods on Python's and
+    numpy's global generators in ``nlpaug/base_augmenter.py``), on generators of this
+    augmenter's own. Same streams as the globals seeded alike: ``random.Random(s)`` is
+    ``random.seed(s)``, ``RandomState(s)`` is ``np.random.seed(s)``."""
+
+    rng: random.Random
+    np_rng: np.random.RandomState
+
+    def reseed(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.np_rng = np.random.RandomState(seed % 2**32)
+
+    def prob(self) -> float:
+        return float(self.np_rng.random_sample())
+
+    def sample(self, x: Any, num: int | None = None) -> Any:
+        if isinstance(x, list):
+            return self.rng.sample(x, num or 0)
+        if isinstance(x, int):
+            return self.np_rng.randint(1, x - 1)
+        return None  # nlpaug's own answer for any other input
+
+
+@functools.cache
+def _local(augmenter: type[Any]) -> type[Any]:
+    """``augmenter`` (an nlpaug class) drawing from :class:`_LocalDraws`."""
+    return type(f"Local{augmenter.__name__}", (_LocalDraws, augmenter), {})
+
+
+_TORCH_SEED = threading.Lock()  # torch's generator is process-wide: the contextual engine holds this
+
+
 @contextlib.contextmanager
-def _seeded(seed: int, with_torch: bool) -> Iterator[None]:
-    py_state, np_state = random.getstate(), np.random.get_state()
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    if with_torch:  # the contextual engine samples with torch; imported only then (seconds)
-        importlib.import_module("torch").manual_seed(seed)
-    try:
+def _seeded(augmenters: dict[Action, Any], seed: int, with_torch: bool) -> Iterator[None]:
+    for augmenter in augmenters.values():
+        augmenter.reseed(seed)
+    if not with_torch:
         yield
-    finally:
-        random.setstate(py_state)
-        np.random.set_state(np_state)
+        return
+    with _TORCH_SEED:  # the contextual engine samples with torch; imported only then (seconds)
+        importlib.import_module("torch").manual_seed(seed)
+        yield
 
 
 class HeadlineAugmenter:
@@ -202,6 +237,9 @@ class HeadlineAugmenter:
 
     def __init__(self, config: AugmentConfig, vectors: WordVectors | None) -> None:
         self.config = config
+        self._lock = (
+            threading.Lock()
+        )  # one headline at a time: the draws and the insertion pool are this object's
         self.model: Any = None
         if config.engine == "embeddings":
             self.model = None if vectors is None else corpus_vectors_class()(vectors, config.top_k)
@@ -212,7 +250,7 @@ class HeadlineAugmenter:
     def _embeddings(self, action: Action) -> Any:
         from nlpaug.augmenter.word import WordEmbsAug  # type: ignore[import-untyped]  # noqa: PLC0415
 
-        return WordEmbsAug(
+        return _local(WordEmbsAug)(
             model_type="word2vec", model=self.model, action=action, aug_p=self.config.aug_p,
             aug_max=self.config.aug_max, top_k=self.config.top_k, tokenizer=str.split,
             reverse_tokenizer=" ".join,
@@ -223,7 +261,7 @@ class HeadlineAugmenter:
 
         c = self.config
         try:
-            return ContextualWordEmbsAug(
+            return _local(ContextualWordEmbsAug)(
                 model_path=c.model, model_type=c.model_type, action=action, aug_p=c.aug_p,
                 aug_max=c.aug_max, top_k=c.top_k, device=c.device, stopwords=sorted(stop_words()),
             )  # fmt: skip
@@ -241,7 +279,7 @@ class HeadlineAugmenter:
         kept: list[tuple[Action, str]] = []
         reports = []
         seen = {_key(text)}
-        with _seeded(seed, self.config.engine == "contextual"):
+        with self._lock, _seeded(self.augmenters, seed, self.config.engine == "contextual"):
             for action, wanted in split_counts(m).items():
                 made, duplicates = self._draw(action, text, wanted, limit, seen) if wanted else ([], 0)
                 kept += [(action, t) for t in made]

@@ -222,3 +222,33 @@ def test_written_page_is_atomic_and_self_contained(store: Path, page: Path) -> N
     assert text == render_report(_load(store))
     assert_self_contained(text)
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; &lt;script&gt;document.title" in text  # an exclusion's detail
+
+
+def test_timing_bars_scale_to_the_longest_stage_and_escape_names() -> None:
+    """The timings figure is plain SVG (issue 26: no matplotlib per run): bars in proportion,
+    a name taken from data stays text."""
+    from tasks.common.report.timing_bars import BAR_WIDTH, stage_times
+
+    svg = lxml_html.fromstring(stage_times([("ingest", 2.0), ("<b>x</b>", 0.5), ("filter", 0.0)]))
+    widths = [float(r.get("width")) for r in svg.iter("rect")]
+    assert widths == [BAR_WIDTH, BAR_WIDTH / 4, 0.0]
+    labels = [t.text_content() for t in svg.iter("text")]
+    assert "<b>x</b>" in labels and not list(svg.iter("b"))
+    assert "2.00 s" in labels and "0.50 s" in labels
+    assert lxml_html.fromstring(stage_times([])).get("data-plot") == "stage-times"
+
+
+def test_a_report_of_cached_figures_imports_no_matplotlib(store: Path) -> None:
+    """A run's report with nothing new to draw costs no matplotlib import (issue 26)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from pathlib import Path; "
+        "from tasks.common.report.html import write_report; "
+        f"write_report(Path({str(store)!r}), {FLOW!r}, sections=()); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

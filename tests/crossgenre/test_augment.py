@@ -127,6 +127,41 @@ def test_seeded_and_leaves_the_global_generators_alone(vectors: WordVectors) -> 
     assert query_seed(42, "q1") != query_seed(43, "q1")
 
 
+class _DrawingVectors(WordVectors):
+    """Vectors whose look-ups also draw from the global generators, as another stage running
+    in a thread of the same process may do at any moment of an augmentation."""
+
+    def neighbours(self, word: str, k: int) -> list[str]:
+        random.random()
+        np.random.random()
+        return super().neighbours(word, k)
+
+
+def test_draws_ignore_other_users_of_the_global_generators(vectors: WordVectors) -> None:
+    """Issue 30 §4: the same headline and seed give the same augmentations however much the
+    process-wide generators are used meanwhile (pairs beside another stage in threads)."""
+    headline = "Daily aspirin tablets may protect the liver from damage, biopsy study finds"
+    alone = HeadlineAugmenter(AugmentConfig(), vectors).augment(headline, 6, query_seed(3, "q9"))
+    busy = _DrawingVectors(vectors.words, vectors.vectors)
+    crowded = HeadlineAugmenter(AugmentConfig(), busy).augment(headline, 6, query_seed(3, "q9"))
+    assert crowded == alone and len(alone.texts) == 6
+
+
+def test_one_augmenter_shared_by_threads_gives_each_headline_its_own_draws(vectors: WordVectors) -> None:
+    """A shared augmenter (the contextual engine's is cached) used from several threads at once
+    gives every headline what it gives alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    headlines = [
+        f"Daily aspirin tablets protect the liver of patient group {i} in biopsy study" for i in range(24)
+    ]
+    shared = HeadlineAugmenter(AugmentConfig(), vectors)
+    alone = [shared.augment(h, 4, query_seed(5, h)) for h in headlines]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda h: shared.augment(h, 4, query_seed(5, h)), headlines * 3))
+    assert together == alone * 3
+
+
 def test_duplicates_are_dropped_and_counted(vectors: WordVectors) -> None:
     """One substitutable word with one neighbour: one distinct substitution can exist."""
     config = AugmentConfig(top_k=1, attempts=5)

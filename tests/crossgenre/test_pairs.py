@@ -164,6 +164,39 @@ def test_same_pairs_whatever_the_chunking(
     assert again.artifact.read(table="augmentation").equals(outcome.artifact.read(table="augmentation"))
 
 
+def test_same_pairs_beside_another_stage_drawing_in_a_thread(
+    outcome: StageOutcome, upstream: dict[str, Artifact], tmp_path: Path
+) -> None:
+    """Issue 30 §4: stages of one run share a process; another one drawing from Python's and
+    numpy's global generators the whole time changes no byte of ``pairs``."""
+    import random
+    import threading
+
+    import numpy as np
+
+    stop = threading.Event()
+
+    def other_stage() -> None:
+        while not stop.is_set():
+            random.random()
+            np.random.random()
+
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns every few bytecodes, not every 5 ms
+    drawing = threading.Thread(target=other_stage)
+    drawing.start()
+    try:
+        beside = run_one(tmp_path, pairs.SPEC, CONFIG, upstream, chunk_rows=2)
+    finally:
+        stop.set()
+        drawing.join()
+        sys.setswitchinterval(interval)
+    assert beside.artifact.read().equals(outcome.artifact.read())
+    assert beside.artifact.read(table="augmentation").equals(outcome.artifact.read(table="augmentation"))
+
+
 def test_eval_negatives_and_the_papers_smallest_setting(
     upstream: dict[str, Artifact], tmp_path: Path
 ) -> None:

@@ -121,3 +121,22 @@ def test_a_temporary_server_that_does_not_start_in_time_is_one_line(env: dict[st
         len(error) == 1 and "did not answer within 1 s" in error[0] and "irforge server start" in error[0]
     ), output
     assert "Traceback" not in output
+
+
+@pytest.mark.parametrize(
+    ("ours", "variable", "expected"),
+    [(True, None, None), (True, "60", 60), (False, None, 180)],
+)
+def test_heartbeats_are_off_on_a_server_of_our_own_unless_asked_for(
+    monkeypatch: pytest.MonkeyPatch, ours: bool, variable: str | None, expected: int | None
+) -> None:
+    """Prefect's flow-run heartbeat costs a run up to 1 s at its end; on our own server no
+    automation watches it, so it is off there; a named server keeps Prefect's setting."""
+    from prefect.settings import get_current_settings, temporary_settings
+
+    if variable is None:
+        monkeypatch.delenv(local_server.HEARTBEAT_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(local_server.HEARTBEAT_VARIABLE, variable)
+    with temporary_settings(set_defaults={}), local_server.heartbeat_settings(ours=ours):
+        assert get_current_settings().flows.heartbeat_frequency == expected

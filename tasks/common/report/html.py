@@ -20,7 +20,7 @@ from typing import Any
 from jinja2 import Environment, StrictUndefined, Template
 from markupsafe import Markup
 
-from tasks.common.report import plots
+from tasks.common.report import timing_bars
 from tasks.common.report.data import RunReport, load_report
 from tasks.common.report.figure_cache import FOLDER, cached_svg, run_material
 from tasks.common.report.page import PAGE, STYLE
@@ -117,8 +117,7 @@ def _body(source: str) -> Template:
 def render_report(report: RunReport, figures_dir: Path | None = None) -> str:
     """The report as one HTML page (a string); figures drawn before are read from
     ``figures_dir`` when given (:mod:`tasks.common.report.figure_cache`)."""
-    # To the figure's label precision: a reused run's look-ups (milliseconds) draw one figure.
-    times = [(s.name, round(s.record.wall_s or 0.0, 2)) for s in report.stages]
+    times = [(s.name, s.record.wall_s or 0.0) for s in report.stages]
     run = run_material(report)
     figures = {
         s.id: _markup(cached_svg(figures_dir, run + s.id.encode(), s.figure, report.data.get(s.id)))
@@ -129,7 +128,7 @@ def render_report(report: RunReport, figures_dir: Path | None = None) -> str:
     return _PAGE.render(
         r=report,
         style=Markup(STYLE),
-        timings=Markup(cached_svg(figures_dir, json.dumps(times).encode(), plots.stage_times, times) or ""),
+        timings=Markup(timing_bars.stage_times(times)),
         figures=figures,
         bodies={s.id: _body(s.template) for s in report.sections},
         nav=_nav(report),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -58,22 +57,3 @@ def new_figure(width: float, height: float) -> Figure:
 
     with styled():
         return Figure(figsize=(width, height), layout="constrained")
-
-
-def stage_times(times: Sequence[tuple[str, float]]) -> str:
-    """Horizontal bars: wall time of each stage in this run, in pipeline order, top to bottom."""
-    with styled():
-        fig = new_figure(8, 0.8 + 0.28 * max(len(times), 1))
-        ax = fig.add_subplot()
-        names = [n for n, _ in times]
-        seconds = [s for _, s in times]
-        bars = ax.barh(names, seconds, color=BAR_COLOUR)
-        ax.bar_label(bars, labels=[_seconds(s) for s in seconds], padding=3, fontsize=8)
-        ax.invert_yaxis()
-        ax.set_xlabel("wall time (s)")
-        ax.margins(x=0.12)
-        return to_svg(fig, "stage-times")
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"

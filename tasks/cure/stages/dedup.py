@@ -43,7 +43,6 @@ from irforge.stage import (
     rows_to_table,
     upstream_source,
 )
-from tasks.common.text.variants import clusters, containments, normalise, representative, similar_pairs
 
 
 class DedupConfig(StrictModel):
@@ -94,6 +93,9 @@ EXCLUDED_SCHEMA = exclusion_schema(pa.field("record_key", pa.string(), nullable=
 
 
 def process(chunk: pa.Table, ctx: StageContext[DedupConfig]) -> ChunkResult:
+    # numba's kernels (a quarter second to import): only a run that reaches dedup pays for them.
+    from tasks.common.text.variants import clusters, normalise, representative, similar_pairs  # noqa: PLC0415
+
     config = ctx.config
     records = chunk.to_pylist()
     texts = [r["passage"] for r in records]
@@ -157,6 +159,8 @@ def _containment(
     config: DedupConfig,
 ) -> pa.Table:
     """Partial relevance: a representative inside another cluster's representative."""
+    from tasks.common.text.variants import containments  # noqa: PLC0415
+
     reps = sorted(canon.items(), key=lambda kv: kv[1])  # (label, record index), in record order
     texts = [records[i]["passage"] for _, i in reps]
     queries_of: dict[int, set[str]] = defaultdict(set)

@@ -32,7 +32,6 @@ from irforge.config import StrictModel
 from irforge.errors import ConfigError
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.evaluate.agreement import agreement
-from tasks.common.evaluate.baselines import bm25_run, dense_run
 from tasks.common.evaluate.metrics import evaluate
 from tasks.cure.dataset.schema import data_path
 from tasks.cure.stages.embed import query_encoder
@@ -136,6 +135,9 @@ def _load(folder: Path, present: set[tuple[str, str]], config: str, split: str) 
 
 
 def process(chunk: pa.Table, ctx: StageContext[EvaluateConfig]) -> ChunkResult:
+    # The baselines' search kernels (numba): imported by a run that evaluates, not by every run.
+    from tasks.common.evaluate.baselines import bm25_run, dense_run  # noqa: PLC0415
+
     release = ctx.upstream["release"]
     folder = release.files / "release"
     present = {(r["config"], r["split"]) for r in release.read(columns=["config", "split"]).to_pylist()}
