@@ -23,6 +23,8 @@ modification time (a saved page says nothing about when it was saved).
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import gzip
 import io
 import json
@@ -43,6 +45,7 @@ from warcio.statusandheaders import StatusAndHeadersParserException  # type: ign
 from irforge.fingerprint import digest_file
 from tasks.common.text.discovery import read_input, refusal
 from tasks.common.text.document import InputRejected
+from tasks.common.text.sniff import blank
 from tasks.crossgenre.fetch import FetchFailed, PoliteFetcher, charset_of
 
 # What a damaged WARC or gzip member raises while it is read.
@@ -60,6 +63,7 @@ JSONL_SUFFIXES = (".jsonl",)
 WARC_SUFFIXES = (".warc", ".warc.gz")
 PAGE_RECORDS = ("response", "resource")
 _TRAILER_BYTES = 64  # blank lines after an archive's last record are no damage
+_BLANK_CHECK_BYTES = 65_536  # a container this small is read whole to tell a blank one
 
 ITEM_SCHEMA = pa.schema(
     [
@@ -115,6 +119,10 @@ def _refused(item: str, source: str, reason: str, detail: str) -> dict[str, Any]
 
 def _container_items(path: str, digest: str, base_dir: Path) -> list[dict[str, Any]]:
     """A JSONL or WARC file's items; a file with none is one ``empty_file`` refusal (no silent drop)."""
+    full = base_dir / path
+    with contextlib.suppress(OSError):  # what cannot be read is told by _items_of
+        if full.stat().st_size <= _BLANK_CHECK_BYTES and blank(full.read_bytes()):
+            return [_refused(path, path, "empty_file", f"{path}: no content")]
     items = _items_of(path, digest, base_dir)
     return items or [_refused(path, path, "empty_file", f"{path}: no page in it")]
 
@@ -144,7 +152,18 @@ def _items_of(path: str, digest: str, base_dir: Path) -> list[dict[str, Any]]:
     except OSError as err:
         return [_refused(path, path, "unreadable", f"{path}: {err.strerror or err}")]
     except _DAMAGED as err:
-        return [_refused(path, path, "unreadable", f"{path}: not a readable WARC file: {err}")]
+        return [_refused(path, path, "unreadable", f"{path}: not a readable WARC file: {_one_line(err)}")]
+    except Exception as err:  # warcio's unforeseen error on a damaged archive: that file is excluded
+        return [
+            _refused(
+                path, path, "unreadable", f"{path}: damaged file ({type(err).__name__}: {_one_line(err)})"
+            )
+        ]
+
+
+def _one_line(err: BaseException) -> str:
+    """An error's message on one line (warcio's span several), at most 300 characters."""
+    return " ".join(str(err).split())[:300]
 
 
 def _jsonl_lines(path: Path) -> Iterator[tuple[int, int]]:
@@ -152,7 +171,7 @@ def _jsonl_lines(path: Path) -> Iterator[tuple[int, int]]:
     offset = 0
     with path.open("rb") as fh:
         for number, line in enumerate(fh, start=1):
-            if line.strip():
+            if not blank(line):  # a line of white space, or a byte-order mark alone, is no record
                 yield number, offset
             offset += len(line)
 
@@ -227,8 +246,10 @@ def load_item(row: dict[str, Any], base_dir: Path, max_bytes: int, fetcher: Poli
     path = base_dir / row["source"]
     try:
         if kind == "file":
-            data = read_input(path, row["digest"], max_bytes)
-            return RawPage(None, gunzipped(data, row["source"], max_bytes), None, _mtime(path))
+            page = gunzipped(read_input(path, row["digest"], max_bytes), row["source"], max_bytes)
+            if blank(page):
+                raise ItemRefused("empty_file", f"{row['source']}: {len(page)} bytes, no content")
+            return RawPage(None, page, None, _mtime(path))
         if kind == "jsonl":
             return _jsonl_page(path, row["source"], row["item"], row["offset"])
         return _warc_page(path, row["item"], row["offset"])
@@ -239,7 +260,11 @@ def load_item(row: dict[str, Any], base_dir: Path, max_bytes: int, fetcher: Poli
     except OSError as err:
         raise ItemRefused("unreadable", f"{row['item']}: {err.strerror or err}") from None
     except _DAMAGED as err:
-        raise ItemRefused("unreadable", f"{row['item']}: damaged record: {err}") from None
+        raise ItemRefused("unreadable", f"{row['item']}: damaged record: {_one_line(err)}") from None
+    except Exception as err:  # a reader's unforeseen error on a damaged item: that item is excluded
+        raise ItemRefused(
+            "unreadable", f"{row['item']}: damaged ({type(err).__name__}: {_one_line(err)})"
+        ) from None
 
 
 def gunzipped(data: bytes, source: str, max_bytes: int) -> bytes:
@@ -278,6 +303,8 @@ def _jsonl_page(path: Path, source: str, item: str, offset: int) -> RawPage:
     with path.open("rb") as fh:
         fh.seek(offset)
         line = fh.readline()
+    if offset == 0:
+        line = line.removeprefix(codecs.BOM_UTF8)  # an export's byte-order mark is no JSON
     try:
         record = json.loads(line)
     except ValueError as err:

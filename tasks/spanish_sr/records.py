@@ -47,6 +47,7 @@ import csv
 import io
 import re
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,9 +219,11 @@ def normalised(raw: dict[str, Any], separator: str) -> dict[str, Any]:
 # --- tables -------------------------------------------------------------------------------
 
 
-# What openpyxl raises on a damaged workbook: a bad zip, a missing or malformed XML part
-# (lxml's XMLSyntaxError and ElementTree's ParseError are SyntaxError subclasses).
-_XLSX_DAMAGE = (zipfile.BadZipFile, KeyError, ValueError, TypeError, IndexError, OSError, SyntaxError)
+# What openpyxl raises on a damaged workbook: a bad zip or damaged deflate stream, a missing or
+# malformed XML part (lxml's XMLSyntaxError and ElementTree's ParseError are SyntaxError subclasses).
+_XLSX_DAMAGE = (
+    zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError, TypeError, IndexError, OSError, SyntaxError
+)  # fmt: skip
 
 
 def _xlsx_rows(data: bytes) -> Iterator[tuple[int, list[Any]]]:

@@ -393,6 +393,6 @@ def test_an_empty_jsonl_or_warc_file_is_an_excluded_empty_file_not_a_vanished_ro
     outcome = _ingest(tmp_path / "art", tmp_path, pages=["none.jsonl", "none.warc"])
     assert outcome.artifact.read().num_rows == 0
     assert {k: (r["reason"], r["detail"]) for k, r in _excluded(outcome).items()} == {
-        "none.jsonl": ("empty_file", "none.jsonl: no page in it"),
-        "none.warc": ("empty_file", "none.warc: no page in it"),
+        "none.jsonl": ("empty_file", "none.jsonl: no content"),
+        "none.warc": ("empty_file", "none.warc: no content"),
     }

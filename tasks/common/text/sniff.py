@@ -17,7 +17,10 @@ no ``<html>`` tag).
 from __future__ import annotations
 
 import codecs
+import gzip
+import io
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -72,6 +75,29 @@ _JATS_PUBLIC_ID = re.compile(
 _JATS_ROOTS = {"article", "pmc-articleset"}
 _HTML_EXTENSIONS = {".html", ".htm", ".xhtml", ".shtml"}
 _HTML_FRAGMENT_TAGS = {"meta", "title", "div", "p", "section", "main", "header", "span", "h1", "h2", "table"}
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_BLANK_GZIP_READ = 65_536
+
+
+def blank(data: bytes) -> bool:
+    """No content: no bytes, or only a byte-order mark and white space (UTF-8, -16 or -32),
+    also inside a gzip stream (its first 64 KiB read; a damaged stream is not blank: its
+    reader says what is wrong)."""
+    if data.startswith(_GZIP_MAGIC):
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+                data = stream.read(_BLANK_GZIP_READ + 1)
+        except (OSError, EOFError, zlib.error):
+            return False
+        if len(data) > _BLANK_GZIP_READ:
+            return False
+    for bom, _codec in _BOMS:
+        if data.startswith(bom):
+            data = data[len(bom) :]
+            break
+    return not data.strip(b" \t\r\n\f\v\x00")
 
 
 def sniff(path: str, data: bytes) -> Sniffed:

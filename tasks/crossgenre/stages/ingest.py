@@ -22,7 +22,7 @@ HTTP charset, else the BOM / XML declaration / ``<meta charset>``
 is HTML at all is ``extract``'s question (``not_html``).
 
 Excluded: ``unreadable`` (a file that cannot be read, a bad JSONL line or WARC record, a
-feed that does not parse), ``empty_file`` (a JSONL or WARC file without a page), ``fetch_failed`` (HTTP error, timeout, too large, a malformed
+feed that does not parse), ``empty_file`` (a JSONL or WARC file without a page; a saved page of no bytes, or only a byte-order mark and white space), ``fetch_failed`` (HTTP error, timeout, too large, a malformed
 URL; the detail names the URL), ``robots_disallowed``, ``blocked_address`` (an internal
 address, redirects included: :mod:`tasks.common.address_guard`), ``duplicate_page`` (same sha256 or same URL as a page
 kept before it in input order — paths sorted, then feeds in config order; the detail
@@ -244,7 +244,7 @@ def _excluded(
 
 SPEC: StageSpec[IngestConfig] = StageSpec(
     name="ingest",
-    version=3,  # 2: gzipped saved pages (issue 27); 3: empty_file, blocked_address (issue 30)
+    version=4,  # 2: gzipped saved pages (issue 27); 3: empty_file, blocked_address; 4: blank saved pages (issue 30)
     config_type=IngestConfig,
     upstream=(),
     schema=SCHEMA,

@@ -14,7 +14,9 @@ serial numbers), the fields read, ``descriptors`` a list; ``year_from_id`` takes
 year from the id (a SciELO PID holds it: https://wiki.scielo.org/ "PID" — S + ISSN + year). Side table ``files``: one row per
 file with its format, the encoding it was read as and its record count.
 
-Excluded: ``unreadable`` (a file: detail why), ``malformed_record`` (detail: line or record),
+Excluded: ``empty_file`` (no bytes, or only a byte-order mark and white space, gzipped or
+not), ``unreadable`` (a file: detail why; a parser's unforeseen error on a damaged file too,
+by its type and message: one bad file never stops a run), ``malformed_record`` (detail: line or record),
 ``missing_field`` (neither title nor abstract), ``duplicate_id`` (a record id already taken
 by an earlier record in input order: sources in config order, files sorted; detail names
 it). A mapped column or key that a whole file lacks is a one-line ConfigError.
@@ -34,6 +36,7 @@ from irforge.errors import ConfigError
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.text.discovery import discover, read_input
 from tasks.common.text.document import InputRejected
+from tasks.common.text.sniff import blank
 from tasks.spanish_sr.record_formats import read_file
 from tasks.spanish_sr.records import SUFFIXES, FieldMap, FileRead, Format, Unreadable, resolve_format
 
@@ -135,13 +138,23 @@ def _file_units(
     }  # fmt: skip
     try:
         data = read_input(path, digest, ctx.config.max_file_bytes)
+        if blank(data):
+            raise InputRejected("empty_file", f"{len(data)} bytes, no content")
         fmt = resolve_format(path, data) if entry.format == "auto" else entry.format
         base["format"] = fmt
         read = read_file(
             path, data, fmt, entry.field_map, entry.encoding, display=display, delimiter=entry.delimiter
         )
-    except (InputRejected, Unreadable) as err:
-        detail = f"{err.reason}: {err.detail}" if isinstance(err, InputRejected) else str(err)
+    except ConfigError:
+        raise  # a field_map the whole file cannot satisfy: the config's to fix
+    except InputRejected as err:
+        fate = "empty_file" if err.reason == "empty_file" else "unreadable"
+        detail = err.detail if fate == "empty_file" else f"{err.reason}: {err.detail}"
+        return [{**base, "record": 0, "record_id": "", "fate": fate, "detail": detail}]
+    except Unreadable as err:
+        return [{**base, "record": 0, "record_id": "", "fate": "unreadable", "detail": str(err)}]
+    except Exception as err:  # a parser's unforeseen error on a damaged file: that file is excluded
+        detail = f"damaged file ({type(err).__name__}: {str(err)[:300]})"
         return [{**base, "record": 0, "record_id": "", "fate": "unreadable", "detail": detail}]
     if not read.records:
         return [{**base, "record": 0, "record_id": "", "fate": "unreadable", "detail": "no records"}]
@@ -215,7 +228,7 @@ def _where(row: dict[str, Any], detail: str | None) -> str:
 
 SPEC: StageSpec[IngestConfig] = StageSpec(
     name="ingest",
-    version=4,  # 3: CSV delimiter by parsing; 4: abstract_variants (issue 28)
+    version=5,  # 3: CSV delimiter by parsing; 4: abstract_variants (issue 28); 5: empty_file (issue 30)
     config_type=IngestConfig,
     upstream=(),
     schema=SCHEMA,

@@ -1,0 +1,68 @@
+"""Damaged copies of good input files, for the ingest fuzz tests (issue 30 §3).
+
+Each good file gives the same set of damaged ones, seeded: empty, a byte-order mark alone,
+cut at a half and a third, 32 bytes overwritten at random places, NUL bytes strewn in, a
+UTF-8 text re-encoded as Latin-1, and a doubled copy cut mid-way. A gzipped file also gives
+its text damaged then compressed again (the damage inside, the gzip frame intact).
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+
+COMPRESSED = (".gz",)
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """(stem, suffixes): ``page.html.gz`` → (``page``, ``.html.gz``)."""
+    stem, dot, rest = name.partition(".")
+    return stem, dot + rest
+
+
+def _flipped(data: bytes, rng: random.Random, count: int) -> bytes:
+    out = bytearray(data)
+    for _ in range(min(count, len(out))):
+        out[rng.randrange(len(out))] = rng.randrange(256)
+    return bytes(out)
+
+
+def _nuls(data: bytes, rng: random.Random, count: int) -> bytes:
+    out = bytearray(data)
+    for _ in range(count):
+        out.insert(rng.randrange(len(out) + 1), 0)
+    return bytes(out)
+
+
+def damaged(data: bytes, rng: random.Random) -> dict[str, bytes]:
+    """The damaged versions of ``data`` by kind."""
+    text = data.decode("utf-8", errors="replace")
+    return {
+        "empty": b"",
+        "bom": b"\xef\xbb\xbf",
+        "half": data[: len(data) // 2],
+        "third": data[: len(data) // 3],
+        "flipped": _flipped(data, rng, 32),
+        "nul": _nuls(data, rng, 16),
+        "latin1": text.encode("latin-1", errors="replace"),
+        "doubled": (data + data)[: len(data) * 3 // 2],
+    }
+
+
+def write_damaged(good: dict[str, bytes], folder: Path, seed: int = 0) -> list[str]:
+    """Write every good file's damaged copies into ``folder``; their names, sorted."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for name, data in sorted(good.items()):
+        stem, suffix = split_name(name)
+        versions = damaged(data, rng)
+        if suffix.endswith(COMPRESSED):
+            inner = gzip.decompress(data)
+            versions |= {f"inner-{k}": gzip.compress(v, mtime=0) for k, v in damaged(inner, rng).items()}
+        for kind, content in versions.items():
+            target = f"{stem}-{kind}{suffix}"
+            (folder / target).write_bytes(content)
+            names.append(target)
+    return sorted(names)
