@@ -17,7 +17,8 @@ class Terminated(SystemExit):
     """SystemExit raised by the SIGTERM handler."""
 
 
-TERM_GRACE_S = 5.0  # Docker waits 10 s between SIGTERM and SIGKILL, Kubernetes 30 s
+TERM_GRACE_S = 5.0  # SIGTERM to exit at most (Docker waits 10 s before SIGKILL, Kubernetes 30 s)
+EXIT_S = 1.5  # of it, for the atexit handlers (servers stopped); the rest for unwinding the run
 _leaving = threading.Lock()
 
 
@@ -30,8 +31,9 @@ def exit_on_sigterm(grace_s: float = TERM_GRACE_S) -> None:
     ``TerminationSignal``, which unwinds the run the same way), and Prefect's task runner
     then waits for the stage still running in its worker thread. So a watcher thread, told
     of every signal through :func:`signal.set_wakeup_fd` whichever handler is installed,
-    ends the process ``grace_s`` after a SIGTERM at the latest, running the atexit handlers
-    first."""
+    ends the process ``grace_s`` after a SIGTERM at the latest: ``grace_s - EXIT_S`` for the
+    run to unwind, then the atexit handlers, cut short at ``EXIT_S``. Pool workers follow
+    their driver within half a second (``flows/runners.py`` ``die_with_parent``)."""
 
     def handler(signum: int, _frame: object) -> None:
         signal.signal(signum, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
@@ -48,8 +50,9 @@ def _watch(read_end: int, grace_s: float) -> None:
     while signal.SIGTERM not in (signals := os.read(read_end, 64)):
         if not signals:
             return
-    time.sleep(grace_s)
-    leave(128 + signal.SIGTERM, grace_s)
+    exit_s = min(EXIT_S, grace_s / 2)
+    time.sleep(grace_s - exit_s)
+    leave(128 + signal.SIGTERM, exit_s)
 
 
 def leave(code: int, grace_s: float = TERM_GRACE_S) -> None:

@@ -320,3 +320,33 @@ def test_sigterm_runs_the_cleanup_handlers(tmp_path: Path) -> None:
     )
     assert done.returncode == 128 + signal.SIGTERM
     assert done.stdout.splitlines() == ["finally ran", "cleaned up"]
+
+
+def test_sigterm_ends_a_run_whose_stage_thread_does_not_stop_within_the_grace(tmp_path: Path) -> None:
+    """Issue 30 §1: a run whose stage thread never looks up (Prefect's task runner waits for
+    it after the signal) and whose cleanup hangs still exits TERM_GRACE_S after SIGTERM, the
+    quick atexit handlers run."""
+    from flows.sigterm import TERM_GRACE_S
+
+    code = (
+        "import atexit, os, signal, threading, time\n"
+        "from flows.cli import exit_on_sigterm\n"
+        "exit_on_sigterm()\n"
+        "atexit.register(time.sleep, 60)\n"  # runs last: a server that will not stop
+        "atexit.register(lambda: print('cleaned up', flush=True))\n"
+        "stage = threading.Thread(target=time.sleep, args=(60,))\n"
+        "stage.start()\n"
+        "print('running', flush=True)\n"
+        "try:\n"
+        "    stage.join()\n"
+        "except BaseException:\n"
+        "    stage.join()\n"  # what Prefect's task runner does with a stage still running
+    )
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert run.stdout is not None and run.stdout.readline().strip() == "running"
+    sent = time.monotonic()
+    run.send_signal(signal.SIGTERM)
+    status = run.wait(timeout=60)
+    took = time.monotonic() - sent
+    assert status == 128 + signal.SIGTERM and "cleaned up" in run.stdout.read().splitlines()
+    assert took < TERM_GRACE_S + 1.0, f"exit {took:.1f} s after SIGTERM"
