@@ -16,12 +16,15 @@ the first error is raised: a rerun resumes with the unfinished chunks only.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from prefect import task
@@ -189,6 +192,29 @@ def die_with_parent(parent: int) -> threading.Thread:
     return thread
 
 
+def stop_stale_workers(proc: Path = Path("/proc")) -> list[int]:
+    """SIGKILL pool workers of this user whose driver (:data:`DRIVER_PID` in their environment)
+    is gone: left by a run killed before :func:`die_with_parent` (issue 30). Their pids."""
+    stopped = []
+    marker = f"{DRIVER_PID}=".encode()
+    for entry in proc.glob("[0-9]*"):
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+            variables = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        driver = next((v[len(marker) :] for v in variables if v.startswith(marker)), None)
+        if driver is None or not driver.isdigit() or (proc / driver.decode()).exists():
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(entry.name), signal.SIGKILL)
+            stopped.append(int(entry.name))
+    if stopped:
+        log.warning("stopped %d pool worker(s) of a run that died: %s", len(stopped), stopped)
+    return stopped
+
+
 def _start_worker(env: dict[str, str], settings: dict[str, Any]) -> None:
     """A pool worker's initializer: ``env``, then Prefect's settings and one client, once for all
     its task runs (entered for the worker's life: its one thread runs every task).
@@ -295,6 +321,7 @@ def make_task_runner(execution: ExecutionConfig) -> TaskRunner[Any]:
     if execution.runner == "process":
         workers = execution.workers or os.cpu_count() or 1
         env = _worker_environment() | thread_shares(workers) | {DRIVER_PID: str(os.getpid())}
+        stop_stale_workers()
         return _PoolTaskRunner(workers, env)
     if execution.runner == "ray":
         from prefect_ray import RayTaskRunner  # noqa: PLC0415

@@ -51,3 +51,26 @@ def test_a_worker_exits_when_its_driver_is_killed_with_sigkill() -> None:
     while _alive(worker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(worker), "the worker outlived its SIGKILLed driver"
+
+
+def test_a_new_pool_stops_workers_whose_driver_is_gone() -> None:
+    """A worker left by a run that died before workers watched their driver is stopped when
+    the next run makes its pool; a worker whose driver lives is left alone."""
+    from flows.runners import DRIVER_PID, stop_stale_workers
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has now
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    stale = subprocess.Popen(sleep, env={**os.environ, DRIVER_PID: str(gone.pid)})
+    ours = subprocess.Popen(sleep, env={**os.environ, DRIVER_PID: str(os.getpid())})
+    try:
+        time.sleep(0.3)  # both have exec'd: their environment is the one given
+        stopped = stop_stale_workers()
+        assert stale.pid in stopped and ours.pid not in stopped
+        assert stale.wait(timeout=10) == -signal.SIGKILL
+        assert ours.poll() is None
+    finally:
+        for proc in (stale, ours):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
