@@ -67,6 +67,7 @@ FALLBACK_ENCODINGS = ("cp1252", "latin_1")
 SUFFIXES: dict[str, Format | None] = {
     ".xlsx": "xlsx",
     ".csv": "csv",
+    ".tsv": "csv",  # tab-separated (ASReview and spreadsheet exports): the delimiter is found by parsing
     ".ris": "ris",
     ".json": "json",
     ".jsonl": "jsonl",
