@@ -20,6 +20,12 @@ class Terminated(SystemExit):
 TERM_GRACE_S = 5.0  # SIGTERM to exit at most (Docker waits 10 s before SIGKILL, Kubernetes 30 s)
 EXIT_S = 1.5  # of it, for the atexit handlers (servers stopped); the rest for unwinding the run
 _leaving = threading.Lock()
+_term_at: list[float] = []  # when the first SIGTERM arrived (monotonic): every exit path keeps its deadline
+
+
+def _received() -> None:
+    if not _term_at:
+        _term_at.append(time.monotonic())
 
 
 def exit_on_sigterm(grace_s: float = TERM_GRACE_S) -> None:
@@ -36,6 +42,7 @@ def exit_on_sigterm(grace_s: float = TERM_GRACE_S) -> None:
     their driver within half a second (``flows/runners.py`` ``die_with_parent``)."""
 
     def handler(signum: int, _frame: object) -> None:
+        _received()
         signal.signal(signum, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
         raise Terminated(128 + signum)
 
@@ -50,14 +57,18 @@ def _watch(read_end: int, grace_s: float) -> None:
     while signal.SIGTERM not in (signals := os.read(read_end, 64)):
         if not signals:
             return
+    _received()
     exit_s = min(EXIT_S, grace_s / 2)
-    time.sleep(grace_s - exit_s)
+    time.sleep(max(_term_at[0] + grace_s - exit_s - time.monotonic(), 0.0))
     leave(128 + signal.SIGTERM, exit_s)
 
 
 def leave(code: int, grace_s: float = TERM_GRACE_S) -> None:
     """Run the atexit handlers (they stop child servers) and exit without joining threads;
-    exit anyway if the handlers take longer than ``grace_s``."""
+    exit anyway if the handlers take longer than ``grace_s``, or past :data:`TERM_GRACE_S`
+    after a SIGTERM, whichever comes first."""
+    if _term_at:
+        grace_s = min(grace_s, max(_term_at[0] + TERM_GRACE_S - time.monotonic(), 0.05))
     with _leaving:
         last_resort = threading.Timer(grace_s, os._exit, (code,))
         last_resort.daemon = True

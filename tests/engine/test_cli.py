@@ -350,3 +350,32 @@ def test_sigterm_ends_a_run_whose_stage_thread_does_not_stop_within_the_grace(tm
     took = time.monotonic() - sent
     assert status == 128 + signal.SIGTERM and "cleaned up" in run.stdout.read().splitlines()
     assert took < TERM_GRACE_S + 1.0, f"exit {took:.1f} s after SIGTERM"
+
+
+def test_sigterm_keeps_its_deadline_when_the_main_thread_unwinds_first(tmp_path: Path) -> None:
+    """The command's own exit after unwinding (``flows.cli.main``) gets what is left of the
+    5 s, not 5 s more: a slow ``finally`` and a hanging atexit handler end within the grace."""
+    from flows.sigterm import TERM_GRACE_S
+
+    code = (
+        "import atexit, time\n"
+        "from flows.sigterm import Terminated, exit_on_sigterm, leave\n"
+        "exit_on_sigterm()\n"
+        "atexit.register(time.sleep, 60)\n"
+        "try:\n"
+        "    try:\n"
+        "        print('running', flush=True)\n"
+        "        time.sleep(60)\n"
+        "    finally:\n"
+        "        time.sleep(2)\n"  # the run's own cleanup
+        "except Terminated as stop:\n"
+        "    leave(stop.code)\n"
+    )
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert run.stdout is not None and run.stdout.readline().strip() == "running"
+    sent = time.monotonic()
+    run.send_signal(signal.SIGTERM)
+    status = run.wait(timeout=60)
+    took = time.monotonic() - sent
+    assert status == 128 + signal.SIGTERM
+    assert took < TERM_GRACE_S + 1.0, f"exit {took:.1f} s after SIGTERM"
