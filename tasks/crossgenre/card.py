@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks.common.release.card import card_text, provenance
+from tasks.common.release.card import card_text, citation, provenance
 from tasks.crossgenre.dataset import CONFIGS, CORPUS_SPLIT, SPLITS, data_path, features
 
 FUNNEL: tuple[tuple[str, str], ...] = (
@@ -27,6 +27,14 @@ FUNNEL: tuple[tuple[str, str], ...] = (
     ("claims", "claims (syndicated copies merged)"),
 )
 """The flow's filters from pages to claims (paper 003 §2): stage and what its kept units are."""
+PAPER_BIBTEX = """@inproceedings{zuo2020querying,
+  title = {Querying Across Genres for Medical Claims in News},
+  author = {Zuo, Chaoyuan and Acharya, Narayan and Banerjee, Ritwik},
+  booktitle = {Proceedings of the 2020 Conference on Empirical Methods in Natural Language Processing (EMNLP)},
+  year = {2020},
+  url = {https://github.com/chzuo/emnlp2020-cross-genre-IR}
+}"""
+"""The paper whose construction the crossgenre flow follows (paper 003), for the card's citation."""
 PAPER = "https://github.com/chzuo/emnlp2020-cross-genre-IR"
 """Zuo et al., "Querying Across Genres for Medical Claims in News", EMNLP 2020: the authors' repository."""
 
@@ -269,5 +277,6 @@ def render_card(info: CardInfo) -> str:
         *_usage(info),
         *_licences(info),
         *provenance(info.fingerprints),
+        *citation(PAPER_BIBTEX, info.name, info.fingerprints),
     ]
     return card_text(_front_matter(info), body)

@@ -29,8 +29,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from tasks.common.release.card import citation
 from tasks.common.release.hub import CARD_FILE
 
+PAPER_BIBTEX = """@misc{wang2025evidencebench,
+  title = {EvidenceBench: A Benchmark for Extracting Evidence from Biomedical Papers},
+  author = {Wang, Jianyou and Cao, Weili and Wang, Kaicheng and Wang, Xiaoyue and Dalvi, Ashish and Prasad, Gino and Liang, Qishan and Her, Hsuan-lin and Wang, Ming and Yang, Qin and Yeo, Gene W. and Neal, David E. and Khan, Maxim and Rosin, Christopher D. and Paturi, Ramamohan and Bergen, Leon},
+  year = {2025}
+}"""
+"""The paper whose construction the evidencebench flow follows (paper 002), for the card's citation."""
 JSON_FILE = "evidencebench.json"
 PARQUET_FILE = "data/test.parquet"
 
@@ -201,6 +208,16 @@ def render_card(rows: Sequence[ReleaseRow], info: ReleaseInfo) -> str:
         f"- `{PARQUET_FILE}`: one row per instance, with the aspects' texts and labels and the evidence",
         "  summary; `aspect2sentence_indices` is a list aligned with `aspect_list_ids`.",
         "",
+        "## How to load",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        "",
+        f'instances = load_dataset("{info.name}", split="test")  # one row per instance ({PARQUET_FILE})',
+        "```",
+        "",
+        f'or, in the authors\' schema, `json.load(open("{JSON_FILE}"))`.',
+        "",
         "## Statistics",
         "",
         "| instances | aspects / instance | results aspects / instance | sentences / pool | optimal |",
@@ -217,5 +234,6 @@ def render_card(rows: Sequence[ReleaseRow], info: ReleaseInfo) -> str:
     ]
     lines += ["", "## Licences", "", "Evidence summaries come from review articles under these licences:", ""]
     lines += [f"- {licence}: {count} instance(s)" for licence, count in sorted(licences.items())]
-    lines += ["", f"This dataset is released under {info.license}."]
-    return "\n".join(lines) + "\n"
+    lines += ["", f"This dataset is released under {info.license}.", ""]
+    lines += citation(PAPER_BIBTEX, info.name, info.stage_fingerprints)
+    return "\n".join(lines).rstrip("\n") + "\n"

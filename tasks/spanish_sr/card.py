@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tasks.common.release.card import card_text, provenance
+from tasks.common.release.card import card_text, citation, provenance
 from tasks.spanish_sr.dataset import CONFIGS, FEATURES, SPLITS, TEST_SPLIT, data_path, feature_yaml
 from tasks.spanish_sr.release_stats import FunnelStep, YearRange
 
@@ -26,6 +26,17 @@ PAPER: Final = (
     "https://aclanthology.org/2024.naacl-long.206"
 )
 ALL: Final = "all"
+
+
+PAPER_BIBTEX = """@inproceedings{oforiboateng2024zeroshot,
+  title = {A zero-shot monolingual dual stage information retrieval system for {S}panish biomedical systematic literature reviews},
+  author = {Ofori-Boateng, R. and Aceves-Martins, M. and Wiratunga, N. and Moreno-Garcia, C.},
+  booktitle = {Proceedings of the 2024 Conference of the North American Chapter of the Association for Computational Linguistics: Human Language Technologies (Volume 1: Long Papers)},
+  pages = {3725--3736},
+  year = {2024},
+  url = {https://aclanthology.org/2024.naacl-long.206}
+}"""
+"""The paper whose construction the spanish_sr flow follows (paper 004), for the card's citation."""
 
 
 @dataclass(frozen=True)
@@ -268,5 +279,6 @@ def render_card(info: CardInfo) -> str:
         *_usage(info),
         *_licences(info),
         *provenance(info.fingerprints),
+        *citation(PAPER_BIBTEX, info.name, info.fingerprints),
     ]
     return card_text(_front_matter(info), body)

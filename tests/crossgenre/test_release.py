@@ -143,6 +143,9 @@ def test_rows_are_what_went_in(outcome: StageOutcome) -> None:
 
 def test_card_statistics_and_licences(outcome: StageOutcome) -> None:
     card = (_folder(outcome) / "README.md").read_text(encoding="utf-8")
+    assert (
+        "## Citation" in card and "@inproceedings{zuo2020querying," in card and "@software{irforge," in card
+    )
     front = yaml.safe_load(card.split("---\n")[1])
     assert [c["config_name"] for c in front["configs"]] == [
         "corpus",

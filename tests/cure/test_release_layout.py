@@ -252,6 +252,7 @@ def test_card_yaml_lists_every_file_and_the_statistics(tmp_path: Path) -> None:
     folder = tmp_path / "release"
     release = write(folder)
     card = (folder / "README.md").read_text(encoding="utf-8")
+    assert "## Citation" in card and "@inproceedings{sheikh2025cure," in card and "@software{irforge," in card
     front = front_matter(card)
     assert front["license"] == "cc-by-nc-4.0"
     assert front["language"] == ["en", "es", "fr"]

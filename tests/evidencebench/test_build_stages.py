@@ -396,6 +396,13 @@ def test_export_writes_the_released_json_parquet_and_card(built: dict[str, Any])
     assert front["pretty_name"] == "EvidenceBench test build"
     assert "- align LLM: `judge-7b (openai)`" in card
     assert f"stage `align`: fingerprint `{built['first']['align'].fingerprint[:16]}`" in card
+    assert "## Citation" in card and "@misc{wang2025evidencebench," in card and "@software{irforge," in card
+    # The card's loading snippet, run as written on the release folder (issue 29 §4).
+    snippet = card.split("## How to load")[1].split("```python\n")[1].split("```")[0]
+    assert "load_dataset(" in snippet
+    scope: dict[str, Any] = {}
+    exec(re.sub(r'load_dataset\("[^"]+"', f"load_dataset({str(folder)!r}", snippet), scope)
+    assert scope["instances"].num_rows == 2
 
 
 def test_evaluate_scores_the_oracle_at_full_recall(built: dict[str, Any]) -> None:

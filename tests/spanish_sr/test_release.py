@@ -297,6 +297,7 @@ def _mean(texts: list[str]) -> str:
 def test_card_funnel_years_results_licences(built: tuple[Path, dict[str, Artifact], StageOutcome]) -> None:
     root, _up, outcome = built
     card = _card(outcome)
+    assert "## Citation" in card and "@inproceedings{oforiboateng2024zeroshot," in card
     front = yaml.safe_load(card.split("---\n")[1])
     assert front["license"] == "cc-by-nc-sa-4.0" and front["language"] == ["es"]
     assert front["configs"][1]["data_files"] == [

@@ -29,6 +29,7 @@ from typing import Any, Final
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tasks.common.release.card import citation
 from tasks.cure.dataset.schema import (
     ALL_SPLIT,
     CORPUS,
@@ -43,7 +44,7 @@ from tasks.cure.dataset.schema import (
     release_configs,
 )
 from tasks.cure.dataset.stats import SplitStats
-from tasks.cure.dataset.usage import loading_section
+from tasks.cure.dataset.usage import PAPER_BIBTEX, loading_section
 
 _SIZE_BUCKETS: Final = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"))
 _SIZE_BUCKETS_LARGE: Final = ((1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"))
@@ -195,6 +196,7 @@ def render_card(
             *_statistics(stats),
             *_provenance(info),
             *_licences(info),
+            *citation(PAPER_BIBTEX, info.name, info.stage_fingerprints),
             *_notes(info),
             *_left_out(omissions, dropped or {}, splits),
         ]

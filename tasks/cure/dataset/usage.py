@@ -29,6 +29,15 @@ MTEB_LANGUAGES: Final = {
 }
 """CUREv1's ``eval_langs``: query language, then corpus language (always English)."""
 
+PAPER_BIBTEX = """@inproceedings{sheikh2025cure,
+  title = {CURE: A Dataset for Clinical Understanding \\& Retrieval Evaluation},
+  author = {Sheikh, Nadia Athar and Buades Marcos, Daniel and Jousse, Anne-Laure and Oladipo, Akintunde and Rousseau, Olivier and Lin, Jimmy},
+  booktitle = {Proceedings of the 31st ACM SIGKDD Conference on Knowledge Discovery and Data Mining V.2 (KDD '25)},
+  year = {2025},
+  doi = {10.1145/3711896.3737435}
+}"""
+"""The paper whose construction the CURE flow follows (papers 000/001), for the card's citation."""
+
 
 def mteb_snippet(name: str, revision: str, splits: Sequence[str], languages: Sequence[str]) -> str:
     """Python that builds ``task``, the stock CUREv1 task reading this release, and evaluates ``model``."""
