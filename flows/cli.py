@@ -35,6 +35,7 @@ from flows.plain_run import RunResult, artifact_root, nothing_to_compute, run_re
 from flows.registry import get_pipeline
 from flows.sigterm import Terminated, exit_on_sigterm, leave
 from irforge.artifacts import Artifact, ArtifactStore
+from irforge.contents import resolver
 from irforge.errors import IrforgeError
 from irforge.pipeline import Selection, select_steps
 from irforge.runs import latest_fingerprints
@@ -156,7 +157,8 @@ def run(
     flow_config, base_dir = pipeline.load(config)
     selection = Selection(from_stage=from_stage, only=only, until=until, force=force)
     store = ArtifactStore.open(artifact_root(artifacts))
-    steps = select_steps(pipeline, pipeline.plan(flow_config, base_dir), selection, store)
+    plans = pipeline.plan(flow_config, base_dir, resolver(store, flow))  # early cut-off: irforge/contents.py
+    steps = select_steps(pipeline, plans, selection, store)
     # `irforge server start`'s server, set before Prefect reads its settings.
     local = local_server.use_running_server()
     named = local or os.environ.get("PREFECT_API_URL")
@@ -223,19 +225,19 @@ def status(
         out.print(status_table(flow, statuses))
 
 
-def _current_fingerprint(flow: str, stage: str, config: Path | None) -> str:
+def _current_fingerprint(flow: str, stage: str, config: Path | None, store: ArtifactStore) -> str:
     """The fingerprint ``stage`` of ``flow`` has under the config (an error if it is not configured)."""
     pipeline = get_pipeline(flow)
     pipeline.spec(stage)
     flow_config, base_dir = pipeline.load(config)
-    plans = pipeline.plan(flow_config, base_dir)
+    plans = pipeline.plan(flow_config, base_dir, resolver(store, flow))
     if stage not in plans:
         raise IrforgeError(f"the {flow} config has no {stage} stage")
     return plans[stage].fingerprint
 
 
 def _artifact_for_show(flow: str, stage: str, config: Path | None, store: ArtifactStore) -> Artifact:
-    found = store.find(flow, stage, _current_fingerprint(flow, stage, config))
+    found = store.find(flow, stage, _current_fingerprint(flow, stage, config, store))
     if found is not None:
         return found
     previous = latest_fingerprints(store, flow).get(stage)
@@ -250,7 +252,7 @@ def _artifact_for_show(flow: str, stage: str, config: Path | None, store: Artifa
 
 def _fresh_artifact(flow: str, stage: str, config: Path | None, store: ArtifactStore) -> Artifact:
     """The artifact of ``stage`` under the current config; an error if it was not computed yet."""
-    found = store.find(flow, stage, _current_fingerprint(flow, stage, config))
+    found = store.find(flow, stage, _current_fingerprint(flow, stage, config, store))
     if found is None:
         raise IrforgeError(
             f"{flow}/{stage} is not computed for this config: run `irforge run {flow} --until {stage}`"

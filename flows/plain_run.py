@@ -67,9 +67,11 @@ def run_reused(
     """Reuse every step (the engine checks each artifact again under its lock) and record the run."""
     recorder = RunRecorder(store, pipeline.name, new_run_id(), config or pipeline.default_config)
     outcomes: list[tuple[str, StageOutcome]] = []
+    used: dict[str, str] = {}
     try:
         for step in steps:
-            outcome = execute_step(step, store, pipeline.name, execution)
+            outcome = execute_step(step, store, pipeline.name, execution, used=used)
+            used[step.name] = outcome.artifact.fingerprint
             recorder.stage_done(step.name, outcome)
             outcomes.append((step.name, outcome))
     except BaseException:

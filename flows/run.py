@@ -31,9 +31,10 @@ from prefect.utilities.names import generate_slug
 
 from flows.plain_run import RunResult, artifact_root, write_run_report
 from flows.runners import PrefectChunkRunner, chunk_runner
-from flows.stage_runs import RUNS, ActiveRun, run_stage_of
+from flows.stage_runs import RUNS, ActiveRun, stage_task_body
 from irforge.artifacts import ArtifactStore
 from irforge.config import ExecutionConfig, validate_config
+from irforge.contents import resolver
 from irforge.engine import StageOutcome
 from irforge.pipeline import Selection, select_steps
 from irforge.runs import RunRecorder, new_run_id
@@ -75,7 +76,7 @@ def stage_lines_to_prefect() -> Iterator[None]:
         log.setLevel(level)
 
 
-stage_task = task(name="stage", cache_policy=NO_CACHE, persist_result=False)(run_stage_of)
+stage_task = task(name="stage", cache_policy=NO_CACHE, persist_result=False)(stage_task_body)
 """Each stage of a run, a task run named ``<flow>.<stage>`` (its chunks are task runs under it)."""
 
 
@@ -104,7 +105,7 @@ def run_pipeline(
         )
     chunks = chunk_runner(flow_config.execution, flow_name)
     store = ArtifactStore.open(artifacts)
-    plans = pipeline.plan(flow_config, base_dir)
+    plans = pipeline.plan(flow_config, base_dir, resolver(store, flow_name))
     steps = select_steps(pipeline, plans, selection, store)
     recorder = RunRecorder(store, flow_name, new_run_id(), config or pipeline.default_config)
     RUNS[recorder.run_id] = ActiveRun(store, flow_name, flow_config.execution, recorder, chunks)

@@ -33,6 +33,7 @@ from irforge.artifacts import (
     write_parquet_atomic,
 )
 from irforge.config import ExecutionConfig
+from irforge.contents import content_digest, register
 from irforge.errors import AccountingError, IrforgeError
 from irforge.fingerprint import fingerprint, fingerprint_view
 from irforge.manifest import Totals, build_manifest
@@ -109,7 +110,7 @@ def run_stage(
     with store.lock(flow, spec.name, fp):
         existing = None if force else store.find(flow, spec.name, fp)  # (an object store downloads it)
         if existing is not None:
-            log.warning(
+            log.info(
                 "REUSED %s/%s %s (computed %s)", flow, spec.name, fp, existing.manifest.get("created_at")
             )
             return StageOutcome(existing, "reused", time.perf_counter() - started)
@@ -143,8 +144,10 @@ def run_stage(
             if any(files.iterdir()):
                 files.rename(tmp / FILES)
             wall = time.perf_counter() - started
-            write_json_atomic(tmp / MANIFEST, build_manifest(flow, plan, fp, material, totals, wall, resumed))
+            manifest = build_manifest(flow, plan, fp, material, totals, wall, resumed)
+            write_json_atomic(tmp / MANIFEST, {**manifest, "content": content_digest(tmp)})
             artifact = store.publish(tmp, flow, spec.name, fp)
+            register(store, flow, spec.name, fp, artifact.manifest["content"])
         except BaseException:
             if (tmp / FILES).is_dir():  # back beside the finished chunks, for the resumed run
                 shutil.rmtree(files, ignore_errors=True)

@@ -7,7 +7,8 @@ Nothing here imports Prefect: ``flows/`` wraps :func:`execute_step` in Prefect t
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 
 from irforge.artifacts import ArtifactStore
 from irforge.config import ExecutionConfig, StrictModel, load_config
+from irforge.contents import canonical
 from irforge.engine import StageOutcome, StagePlan, run_stage
 from irforge.errors import ConfigError, IrforgeError
 from irforge.parallel import INLINE, ChunkRunner
@@ -89,8 +91,13 @@ class Pipeline:
         path = (config_path or self.default_config).resolve()
         return load_config(self.config_type, path), path.parent
 
-    def plan(self, config: FlowConfig, base_dir: Path) -> dict[str, StagePlan]:
-        """Plans of the configured stages (a stage left out of the config, and what depends on it, has none)."""
+    def plan(
+        self, config: FlowConfig, base_dir: Path, resolve: Callable[[str, str], str] | None = None
+    ) -> dict[str, StagePlan]:
+        """Plans of the configured stages (a stage left out of the config, and what depends on it, has none).
+
+        ``resolve(stage, fingerprint)``: the fingerprint a downstream stage is to see for an
+        upstream one (:func:`irforge.contents.canonical` over a store: early cut-off)."""
         plans: dict[str, StagePlan] = {}
         for spec in self.stages:
             stage_config = self.stage_config(config, spec.name)
@@ -105,7 +112,10 @@ class Pipeline:
                     + spec.name
                 )
             context = StageContext(stage_config, base_dir)
-            upstream = {u: plans[u].fingerprint for u in spec.upstream}
+            upstream = {
+                u: resolve(u, plans[u].fingerprint) if resolve else plans[u].fingerprint
+                for u in spec.upstream
+            }
             plans[spec.name] = StagePlan.make(spec, context, upstream)
         return plans
 
@@ -176,8 +186,17 @@ def execute_step(
     execution: ExecutionConfig,
     progress: Progress | None = None,
     runner: ChunkRunner = INLINE,
+    used: Mapping[str, str] | None = None,
 ) -> StageOutcome:
-    """Run one stage against the upstream artifacts its plan names, its chunks on ``runner``."""
-    upstream = {name: store.get(flow, name, fp) for name, fp in step.plan.upstream_fingerprints.items()}
-    plan = step.plan.with_upstream(upstream, cache_dir=store.root / "cache")
+    """Run one stage against the upstream artifacts its plan names, its chunks on ``runner``.
+
+    ``used``: the fingerprint each stage of this run ended with; each upstream is then taken at
+    its canonical fingerprint (:func:`irforge.contents.canonical`), so an upstream recomputed
+    to identical output leaves this stage's fingerprint, and artifact, as they were."""
+    fps = step.plan.upstream_fingerprints
+    if used is not None:
+        fps = {u: canonical(store, flow, u, used.get(u, fp)) for u, fp in fps.items()}
+    upstream = {name: store.get(flow, name, fp) for name, fp in fps.items()}
+    plan = replace(step.plan, upstream_fingerprints=dict(sorted(fps.items())))
+    plan = plan.with_upstream(upstream, cache_dir=store.root / "cache")
     return run_stage(plan, store, flow, execution, force=step.force, progress=progress, runner=runner)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from irforge.artifacts import ArtifactStore
+from irforge.contents import resolver
 from irforge.pipeline import FlowConfig, Pipeline
 from irforge.runs import latest_fingerprints
 
@@ -44,12 +45,16 @@ class StageStatus:
 def flow_status(
     pipeline: Pipeline, config: FlowConfig, base_dir: Path, store: ArtifactStore
 ) -> list[StageStatus]:
-    plans = pipeline.plan(config, base_dir)
+    plans = pipeline.plan(config, base_dir, resolver(store, pipeline.name))
     latest = latest_fingerprints(store, pipeline.name)
     out: list[StageStatus] = []
     for name, plan in plans.items():
         state: State = "fresh"
-        changed: list[str] = []
+        changed = [  # early cut-off (irforge/contents.py): the upstream's content is an earlier one's
+            f"upstream {u} recomputed, output unchanged (as {fp})"
+            for u, fp in plan.upstream_fingerprints.items()
+            if u in plans and fp != plans[u].fingerprint
+        ]
         found: str | None = plan.fingerprint
         manifest = store.manifest(pipeline.name, name, plan.fingerprint)
         if manifest is None:
@@ -59,7 +64,7 @@ def flow_status(
                 state, found = "missing", None
             else:
                 state = "stale"
-                changed = describe_changes(manifest.get("material", {}), plan.material)
+                changed = describe_changes(manifest.get("material", {}), plan.material) + changed
         where = store.location(pipeline.name, name, found) if found else None
         out.append(_status(name, plan.fingerprint, state, changed, found, where, manifest or {}))
     return out

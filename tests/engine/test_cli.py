@@ -379,3 +379,33 @@ def test_sigterm_keeps_its_deadline_when_the_main_thread_unwinds_first(tmp_path:
     took = time.monotonic() - sent
     assert status == 128 + signal.SIGTERM
     assert took < TERM_GRACE_S + 1.0, f"exit {took:.1f} s after SIGTERM"
+
+
+def test_an_edit_that_changes_no_output_recomputes_only_its_stage(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 29 §1 (early cut-off) through the command and Prefect: ``html_default_language``
+    only matters to HTML pages, and these are JATS articles, so parse recomputes to the same
+    bytes and segment and filter stay as they were."""
+    articles = REPO / "data" / "demo" / "articles"
+    config: dict[str, Any] = {"stages": {"ingest": {"sources": [str(articles)]}, "parse": {}}}
+    path = tmp_path / "flow.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert irforge(env, "run", "cure", "--config", str(path)).returncode == 0
+    before = last_run(env)["stages"]
+    config["stages"]["parse"]["html_default_language"] = "fr"
+    path.write_text(yaml.safe_dump(config))
+    status = irforge(env, "status", "cure", "--config", str(path), "--json")
+    stages = {s["stage"]: s for s in json.loads(status.stdout)["stages"]}
+    assert [stages[s]["state"] for s in STAGES] == ["fresh", "stale", "stale", "stale"]  # before the rerun
+    rerun = irforge(env, "run", "cure", "--config", str(path))
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    after = last_run(env)["stages"]
+    assert [after[s]["state"] for s in STAGES] == ["reused", "computed", "reused", "reused"]
+    assert [after[s]["fingerprint"] for s in ("segment", "filter")] == [
+        before[s]["fingerprint"] for s in ("segment", "filter")
+    ]
+    status = irforge(env, "status", "cure", "--config", str(path), "--json")
+    stages = {s["stage"]: s for s in json.loads(status.stdout)["stages"]}
+    assert [stages[s]["state"] for s in STAGES] == ["fresh"] * 4
+    assert stages["segment"]["changed"][0].startswith("upstream parse recomputed, output unchanged")

@@ -285,6 +285,14 @@ def _check_published(client: httpx.Client, flow_run_id: str, state: str, root: P
     assert [(r["stage"], r["state"]) for r in rows] == [(s, state) for s in STAGES]
     assert all(isinstance(r["kept"], int) and r["fingerprint"] for r in rows)
     assert artifacts["table"]["key"] == "cure-stages"
+    # Each stage's task run: a reused artifact shows as Prefect's own cache hits do (issue 29 §1).
+    body = {
+        "flow_runs": {"id": {"any_": [flow_run_id]}},
+        "task_runs": {"name": {"any_": [f"cure.{s}" for s in STAGES]}},
+    }
+    stage_runs = client.post("/task_runs/filter", json=body).json()
+    expected = "Cached" if state == "reused" else "Completed"
+    assert {r["name"]: r["state"]["name"] for r in stage_runs} == {f"cure.{s}": expected for s in STAGES}
     report = root.resolve() / "cure" / "reports"
     assert f"({report.as_uri()}/" in artifacts["markdown"]["data"], artifacts["markdown"]["data"]
     # Prefect sends logs in batches, after the run's state may already say COMPLETED.

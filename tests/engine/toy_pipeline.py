@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from irforge.artifacts import ArtifactStore
 from irforge.config import ExecutionConfig, StrictModel
+from irforge.contents import resolver
 from irforge.engine import StageOutcome
 from irforge.parallel import INLINE, ChunkRunner
 from irforge.pipeline import FlowConfig, Pipeline, Selection, execute_step, select_steps
@@ -139,9 +140,14 @@ def run_toy(
     config = config.model_copy(
         update={"execution": config.execution.model_copy(update={"chunk_rows": chunk_rows})}
     )
-    plans = pipeline.plan(config, root)
+    plans = pipeline.plan(config, root, resolver(store, "toy"))
     steps = select_steps(pipeline, plans, selection or Selection(), store)
-    return {s.name: execute_step(s, store, "toy", config.execution, runner=runner) for s in steps}
+    used: dict[str, str] = {}
+    outcomes = {}
+    for step in steps:
+        outcomes[step.name] = execute_step(step, store, "toy", config.execution, runner=runner, used=used)
+        used[step.name] = outcomes[step.name].artifact.fingerprint
+    return outcomes
 
 
 def _main(root: str, log: str, runner: str = "inline") -> None:

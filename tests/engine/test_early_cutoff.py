@@ -1,0 +1,73 @@
+"""Early cut-off (issue 29 §1, irforge/contents.py): a stage recomputed under a new
+fingerprint whose output is byte-identical to an earlier artifact's leaves every downstream
+stage fresh; ``status`` says so; different output still recomputes downstream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from irforge.artifacts import ArtifactStore
+from irforge.contents import CONTENTS, canonical, content_digest
+from irforge.status import flow_status
+from tests.engine.toy_pipeline import (
+    TOY,
+    NumbersConfig,
+    SquareConfig,
+    ToyConfig,
+    ToyStages,
+    chunks_logged,
+    run_toy,
+)
+
+
+def _config(log: Path, **numbers: object) -> ToyConfig:
+    return ToyConfig(
+        stages=ToyStages(numbers=NumbersConfig(**numbers), square=SquareConfig(log_file=str(log)))
+    )  # type: ignore[arg-type]
+
+
+def test_an_upstream_recomputed_to_the_same_output_leaves_downstream_fresh(tmp_path: Path) -> None:
+    root, log = tmp_path / "store", tmp_path / "square.log"
+    first = run_toy(root, _config(log))
+    computed = len(chunks_logged(log))
+    assert computed and {o.state for o in first.values()} == {"computed"}
+
+    # sleep_s is part of numbers' fingerprint, not of its output: numbers recomputes, square does not.
+    again = run_toy(root, _config(log, sleep_s=0.001))
+    assert again["numbers"].state == "computed"
+    assert again["numbers"].artifact.fingerprint != first["numbers"].artifact.fingerprint
+    assert again["square"].state == "reused"
+    assert again["square"].artifact.fingerprint == first["square"].artifact.fingerprint
+    assert len(chunks_logged(log)) == computed  # no chunk of square ran again
+
+    store = ArtifactStore(root)
+    new_numbers = again["numbers"].artifact.fingerprint
+    assert canonical(store, "toy", "numbers", new_numbers) == first["numbers"].artifact.fingerprint
+    statuses = {s.stage: s for s in flow_status(TOY, _config(log, sleep_s=0.001), root, store)}
+    assert statuses["square"].state == "fresh"
+    assert statuses["square"].changed == [
+        f"upstream numbers recomputed, output unchanged (as {first['numbers'].artifact.fingerprint})"
+    ]
+
+
+def test_different_output_recomputes_downstream(tmp_path: Path) -> None:
+    root, log = tmp_path / "store", tmp_path / "square.log"
+    first = run_toy(root, _config(log))
+    computed = len(chunks_logged(log))
+    other = run_toy(root, _config(log, count=50))
+    assert other["square"].state == "computed"
+    assert other["square"].artifact.fingerprint != first["square"].artifact.fingerprint
+    assert len(chunks_logged(log)) > computed
+
+
+def test_the_digest_covers_every_file_but_the_manifest_and_the_first_holder_stays(tmp_path: Path) -> None:
+    root, log = tmp_path / "store", tmp_path / "square.log"
+    first = run_toy(root, _config(log))["numbers"].artifact
+    digest = first.manifest["content"]
+    assert digest == content_digest(first.path)
+    (first.path / "manifest.json").write_text((first.path / "manifest.json").read_text() + " ")
+    assert content_digest(first.path) == digest
+    held = (root / "toy" / "numbers" / CONTENTS / digest).read_text().strip()
+    assert held == first.fingerprint
+    run_toy(root, _config(log, sleep_s=0.001))  # same content, another fingerprint: the first stays
+    assert (root / "toy" / "numbers" / CONTENTS / digest).read_text().strip() == first.fingerprint
