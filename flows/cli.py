@@ -32,6 +32,7 @@ from rich.markup import escape
 
 from flows import local_server
 from flows.plain_run import RunResult, artifact_root, nothing_to_compute, run_reused
+from flows.prompt_watch import unused_edits
 from flows.registry import get_pipeline
 from flows.sigterm import Terminated, exit_on_sigterm, leave
 from irforge.artifacts import Artifact, ArtifactStore
@@ -213,16 +214,17 @@ def status(
     """Per stage: fingerprint, fresh / stale (and what changed) / missing, rows, time."""
     pipeline = get_pipeline(flow)
     flow_config, base_dir = pipeline.load(config)
-    statuses = flow_status(pipeline, flow_config, base_dir, ArtifactStore.open(artifacts))
+    store = ArtifactStore.open(artifacts)
+    plans = pipeline.plan(flow_config, base_dir, resolver(store, flow))
+    statuses = flow_status(pipeline, flow_config, base_dir, store, plans)
+    warnings = unused_edits(store, flow, plans)
     if as_json:
-        payload = {
-            "flow": flow,
-            "artifacts": ArtifactStore.open(artifacts).url,
-            "stages": [s.to_json() for s in statuses],
-        }
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        payload = {"flow": flow, "artifacts": store.url, "stages": [s.to_json() for s in statuses]}
+        sys.stdout.write(json.dumps({**payload, "warnings": warnings}, indent=2) + "\n")
     else:
         out.print(status_table(flow, statuses))
+        for line in warnings:
+            err.print(f"[yellow]warning:[/] {line}", highlight=False)
 
 
 def _current_fingerprint(flow: str, stage: str, config: Path | None, store: ArtifactStore) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from flows.prompt_watch import record as record_prompts
 from irforge.artifacts import ArtifactStore
 from irforge.config import ExecutionConfig
 from irforge.engine import StageOutcome
@@ -78,6 +79,7 @@ def run_reused(
         recorder.finish("failed")
         raise
     recorder.finish("completed")
+    record_prompts(store, pipeline.name)
     return RunResult(
         pipeline.name,
         recorder.run_id,

@@ -30,6 +30,7 @@ from prefect.logging.handlers import APILogHandler
 from prefect.utilities.names import generate_slug
 
 from flows.plain_run import RunResult, artifact_root, write_run_report
+from flows.prompt_watch import record as record_prompts
 from flows.runners import PrefectChunkRunner, chunk_runner
 from flows.stage_runs import RUNS, ActiveRun, stage_task_body
 from irforge.artifacts import ArtifactStore
@@ -130,6 +131,7 @@ def run_pipeline(
         if isinstance(chunks, PrefectChunkRunner):
             chunks.close()
     recorder.finish("completed")
+    record_prompts(store, flow_name)
     report = write_run_report(store, pipeline, recorder.run_id)
     _publish(flow_name, outcomes, recorder, report)
     return RunResult(flow_name, recorder.run_id, recorder.path, outcomes, report)

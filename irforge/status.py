@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from irforge.artifacts import ArtifactStore
 from irforge.contents import resolver
+from irforge.engine import StagePlan
 from irforge.pipeline import FlowConfig, Pipeline
 from irforge.runs import latest_fingerprints
 
@@ -43,9 +44,14 @@ class StageStatus:
 
 
 def flow_status(
-    pipeline: Pipeline, config: FlowConfig, base_dir: Path, store: ArtifactStore
+    pipeline: Pipeline,
+    config: FlowConfig,
+    base_dir: Path,
+    store: ArtifactStore,
+    plans: dict[str, StagePlan] | None = None,
 ) -> list[StageStatus]:
-    plans = pipeline.plan(config, base_dir, resolver(store, pipeline.name))
+    """Each configured stage's status (``plans``: already made for this config and store)."""
+    plans = plans if plans is not None else pipeline.plan(config, base_dir, resolver(store, pipeline.name))
     latest = latest_fingerprints(store, pipeline.name)
     out: list[StageStatus] = []
     for name, plan in plans.items():
