@@ -15,7 +15,7 @@ from irforge.config import ExecutionConfig
 from irforge.engine import StageOutcome
 from irforge.parallel import ChunkRunner
 from irforge.pipeline import Step, execute_step
-from irforge.progress import RichProgress
+from irforge.progress import stage_progress
 from irforge.runs import RunRecorder
 
 
@@ -40,7 +40,7 @@ def run_stage_of(step: Step, run_id: str) -> StageOutcome:
     parent task, and a function reachable by name is pickled as a reference, not by value."""
     run = RUNS[run_id]
     outcome = execute_step(
-        step, run.store, run.flow_name, run.execution, RichProgress(), run.chunks, run.used
+        step, run.store, run.flow_name, run.execution, stage_progress(), run.chunks, run.used
     )
     run.used[step.name] = outcome.artifact.fingerprint
     run.recorder.stage_done(step.name, outcome)

@@ -443,3 +443,28 @@ def test_files_survive_a_failed_publish_for_the_resumed_run(
         "chunk-10.txt",
         "chunk-20.txt",
     ]
+
+
+def test_log_progress_says_rows_rate_and_time_left_every_interval(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 29 §3: where no bar can be drawn (a file, a worker's log), a line every interval,
+    also while no chunk has finished yet."""
+    import logging
+    import time
+
+    from irforge.progress import LogProgress
+
+    progress = LogProgress(interval_s=0.05)
+    with caplog.at_level(logging.INFO, logger="irforge"):
+        progress.start("judge", 1000)
+        time.sleep(0.12)  # no chunk finished: still said
+        progress.advance(250)
+        time.sleep(0.12)
+        progress.finish()
+        time.sleep(0.1)
+        after = len(caplog.records)
+        time.sleep(0.15)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(caplog.records) == after  # finish() ends the lines
+    assert lines[0].startswith("judge: 0/1,000 rows (0 %), 0.0 rows/s") and "time left unknown" in lines[0]
+    assert any(line.startswith("judge: 250/1,000 rows (25 %)") and "left" in line for line in lines)
+    assert "about" in lines[-1] and "elapsed" in lines[-1]
