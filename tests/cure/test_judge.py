@@ -314,7 +314,11 @@ def test_cli_release_calibrate_and_report(run: Any, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     copied = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.jsonl"))
     assert copied == sorted(f["path"] for f in outcomes["release"].artifact.read().to_pylist())
-    assert (out / "README.md").read_text().startswith("---")
+    card = (out / "README.md").read_text()
+    assert card.startswith("---")
+    # Provenance from what ran (issue 29 §4): the engine ``auto`` resolved to, the model that answered.
+    assert "machine translations made with llm." in card and "made with auto" not in card
+    assert f"assigned by an LLM judge: `{DEFAULT_MODEL}`" in card
     again = CliRunner().invoke(app, ["release", "cure", "--out", str(out), *common])
     assert again.exit_code == USER_ERROR and "not empty" in again.output
 

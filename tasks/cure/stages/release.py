@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import yaml
 from pydantic import Field
 
-from irforge.artifacts import lineage
+from irforge.artifacts import Artifact, lineage
 from irforge.config import StrictModel
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource, exclusion_schema, rows_to_table
 from tasks.common.release.files import FILES_SCHEMA
@@ -80,6 +80,13 @@ def _languages(ctx: StageContext[ReleaseConfig]) -> tuple[str, ...]:
     return tuple(info[0]["languages"] if info else ()) or LANGUAGES
 
 
+def _column(artifact: Artifact, name: str) -> list[Any]:
+    """``name``'s values in ``artifact`` (none when it has no such column)."""
+    if name not in artifact.schema().names:
+        return []
+    return list(artifact.read(columns=[name]).column(name).to_pylist())
+
+
 def card_info(ctx: StageContext[ReleaseConfig]) -> CardInfo:
     stages = lineage(dict(ctx.upstream))
     materials = {name: a.manifest["material"] for name, a in stages.items()}
@@ -100,7 +107,9 @@ def card_info(ctx: StageContext[ReleaseConfig]) -> CardInfo:
     judge_model = None
     if "judge" in materials:
         llm = materials["judge"]["inputs"]["llm"]
-        judge_model = str(llm["model"])
+        # The models that answered (the judge's ``model`` column), not only the configured one.
+        answered = set(_column(stages["judge"], "model"))
+        judge_model = ", ".join(sorted(answered)) or str(llm["model"])
         models["judge"] = ModelInfo(
             id=judge_model, description=f"{llm['engine']}, sampling {llm['sampling']}"
         )
@@ -109,8 +118,10 @@ def card_info(ctx: StageContext[ReleaseConfig]) -> CardInfo:
             prompts.append(PromptInfo(name=f"judge/{name}", sha256=digest))
     translation = None
     if "translate" in materials:
-        translation = str(materials["translate"]["inputs"].get("engine", "none"))
-        if translation == "llm":  # tasks.common.translate.config.describe
+        # The engines that translated (``auto`` resolved): the card names what ran, or none.
+        engines = set(_column(stages["translate"], "engine"))
+        translation = ", ".join(sorted(engines - {"original"})) or None
+        if "llm" in engines:  # tasks.common.translate.config.describe
             llm = materials["translate"]["inputs"]["llm"]
             models["translator"] = ModelInfo(
                 id=str(llm["llm"]["model"]), description=f"{llm['llm']['engine']} (query translation)"
@@ -181,7 +192,7 @@ def process(chunk: pa.Table, ctx: StageContext[ReleaseConfig]) -> ChunkResult:
 
 SPEC: StageSpec[ReleaseConfig] = StageSpec(
     name="release",
-    version=3,  # 3: the card's licence never more permissive than its sources' (issue 29)
+    version=4,  # 3: the card's licence never more permissive than its sources'; 4: the models and engines that ran (issue 29)
     config_type=ReleaseConfig,
     upstream=("corpus", "translate", "qrels"),
     schema=SCHEMA,
