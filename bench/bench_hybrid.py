@@ -98,7 +98,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         env |= {"IRFORGE_ARTIFACTS": str(root), "PREFECT_HOME": str(folder / "prefect")}
         configs = {r: write_config(folder, seeds, r) for r in ("inline", "process")}
         console.print(f"upstream of hybrid ({len(seeds)} seeds) into {root} ...")
-        irforge(env, "run", "spanish_sr", "-c", str(configs["inline"]), "--until", "train_dense")
+        for stage in ("train_dense", "bm25"):  # hybrid's upstream (train_dense does not need bm25)
+            irforge(env, "run", "spanish_sr", "-c", str(configs["inline"]), "--until", stage)
         timings = stage_rounds(env, configs, args.rounds)
     cores = common.all_cores()
     speedup = common.ratio_summary(timings.warm["inline"], timings.warm["process"])
