@@ -9,8 +9,15 @@ its text damaged then compressed again (the damage inside, the gzip frame intact
 from __future__ import annotations
 
 import gzip
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
+
+from irforge.artifacts import ArtifactStore
+from tests.conftest import REPO
 
 COMPRESSED = (".gz",)
 
@@ -66,3 +73,19 @@ def write_damaged(good: dict[str, bytes], folder: Path, seed: int = 0) -> list[s
             (folder / target).write_bytes(content)
             names.append(target)
     return sorted(names)
+
+
+def ingest_through_the_command(flow: str, config: Path, tmp: Path) -> dict[str, Any]:
+    """``irforge run <flow> --until ingest -c config`` in its own artifact root and Prefect home;
+    it must exit 0; the ingest artifact's manifest ``counts``."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env |= {"IRFORGE_ARTIFACTS": str(tmp / "art"), "PREFECT_HOME": str(tmp / "prefect")}
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", flow, "-c", str(config), "--until", "ingest"],
+        cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    store = ArtifactStore.open(tmp / "art")
+    [fingerprint] = store.fingerprints(flow, "ingest")
+    counts: dict[str, Any] = store.get(flow, "ingest", fingerprint).manifest["counts"]
+    return counts

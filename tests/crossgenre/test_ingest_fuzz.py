@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from irforge.artifacts import ArtifactStore
 from tests.conftest import REPO
 from tests.crossgenre.test_ingest import _ingest, _warc
-from tests.mangle import write_damaged
+from tests.mangle import ingest_through_the_command, write_damaged
 
 REAL_PAGES = REPO / "tests" / "crossgenre" / "real_pages"
 PAGES = ["in/pages", "in/*.jsonl", "in/*.warc", "in/*.warc.gz"]
@@ -79,14 +75,5 @@ def test_a_run_over_the_damaged_files_exits_0_and_accounts_for_every_row(
     config.write_text(
         f"flow: crossgenre\nstages:\n  ingest:\n    pages: {json.dumps(PAGES)}\n", encoding="utf-8"
     )
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env |= {"IRFORGE_ARTIFACTS": str(tmp_path / "art"), "PREFECT_HOME": str(tmp_path / "prefect")}
-    done = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "run", "crossgenre", "-c", str(config), "--until", "ingest"],
-        cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    store = ArtifactStore.open(tmp_path / "art")
-    [fingerprint] = store.fingerprints("crossgenre", "ingest")
-    counts = store.get("crossgenre", "ingest", fingerprint).manifest["counts"]
+    counts = ingest_through_the_command("crossgenre", config, tmp_path)
     assert counts["units_in"] == counts["units_kept"] + counts["units_excluded"] >= len(names)

@@ -322,6 +322,17 @@ def test_sigterm_runs_the_cleanup_handlers(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == ["finally ran", "cleaned up"]
 
 
+def _sigterm_after_running(code: str) -> tuple[int, float, list[str]]:
+    """Run ``code`` until it prints ``running``, SIGTERM it: (exit status, seconds from the
+    signal to the exit, the lines it printed after)."""
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert run.stdout is not None and run.stdout.readline().strip() == "running"
+    sent = time.monotonic()
+    run.send_signal(signal.SIGTERM)
+    status = run.wait(timeout=60)
+    return status, time.monotonic() - sent, run.stdout.read().splitlines()
+
+
 def test_sigterm_ends_a_run_whose_stage_thread_does_not_stop_within_the_grace(tmp_path: Path) -> None:
     """Issue 30 §1: a run whose stage thread never looks up (Prefect's task runner waits for
     it after the signal) and whose cleanup hangs still exits TERM_GRACE_S after SIGTERM, the
@@ -342,13 +353,8 @@ def test_sigterm_ends_a_run_whose_stage_thread_does_not_stop_within_the_grace(tm
         "except BaseException:\n"
         "    stage.join()\n"  # what Prefect's task runner does with a stage still running
     )
-    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
-    assert run.stdout is not None and run.stdout.readline().strip() == "running"
-    sent = time.monotonic()
-    run.send_signal(signal.SIGTERM)
-    status = run.wait(timeout=60)
-    took = time.monotonic() - sent
-    assert status == 128 + signal.SIGTERM and "cleaned up" in run.stdout.read().splitlines()
+    status, took, printed = _sigterm_after_running(code)
+    assert status == 128 + signal.SIGTERM and "cleaned up" in printed
     assert took < TERM_GRACE_S + 1.0, f"exit {took:.1f} s after SIGTERM"
 
 
@@ -371,12 +377,7 @@ def test_sigterm_keeps_its_deadline_when_the_main_thread_unwinds_first(tmp_path:
         "except Terminated as stop:\n"
         "    leave(stop.code)\n"
     )
-    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
-    assert run.stdout is not None and run.stdout.readline().strip() == "running"
-    sent = time.monotonic()
-    run.send_signal(signal.SIGTERM)
-    status = run.wait(timeout=60)
-    took = time.monotonic() - sent
+    status, took, _printed = _sigterm_after_running(code)
     assert status == 128 + signal.SIGTERM
     assert took < TERM_GRACE_S + 1.0, f"exit {took:.1f} s after SIGTERM"
 

@@ -120,7 +120,9 @@ def test_leftovers_of_a_killed_assembly_are_removed(tmp_path: Path) -> None:
         (stage_dir / name).mkdir(parents=True)
         (stage_dir / name / "part-00000.parquet").write_bytes(b"half")
     run_toy(tmp_path, config())
-    assert sorted(p.name for p in stage_dir.iterdir() if not p.name.startswith((".lock", ".contents"))) == [fp]
+    assert sorted(p.name for p in stage_dir.iterdir() if not p.name.startswith((".lock", ".contents"))) == [
+        fp
+    ]
 
 
 def test_only_needs_upstream_artifacts(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ def prompts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _plans(*digests: str) -> dict[str, Any]:
-    return {"decide": SimpleNamespace(inputs={"prompt": {"template": d} for d in digests} or {})}
+    return {"decide": SimpleNamespace(inputs={"prompt": {"templates": list(digests)}})}
 
 
 def test_an_edit_no_stage_reads_is_named_and_one_a_stage_reads_is_not(prompts: Path, tmp_path: Path) -> None:

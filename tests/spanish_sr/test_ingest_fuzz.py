@@ -10,9 +10,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -21,9 +18,8 @@ import openpyxl
 import pytest
 from bioc import biocxml
 
-from irforge.artifacts import ArtifactStore
 from tests.conftest import REPO
-from tests.mangle import write_damaged
+from tests.mangle import ingest_through_the_command, write_damaged
 from tests.spanish_sr.test_ingest import ingest
 
 EXPORTS = REPO / "tests" / "spanish_sr" / "real_exports"
@@ -115,15 +111,6 @@ def test_a_run_over_the_damaged_files_exits_0_and_accounts_for_every_row(
     config.write_text(
         f"flow: spanish_sr\nstages:\n  ingest:\n    sources: [{folder.name}]\n", encoding="utf-8"
     )
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env |= {"IRFORGE_ARTIFACTS": str(tmp_path / "art"), "PREFECT_HOME": str(tmp_path / "prefect")}
-    done = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "run", "spanish_sr", "-c", str(config), "--until", "ingest"],
-        cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    store = ArtifactStore.open(tmp_path / "art")
-    [fingerprint] = store.fingerprints("spanish_sr", "ingest")
-    counts = store.get("spanish_sr", "ingest", fingerprint).manifest["counts"]
+    counts = ingest_through_the_command("spanish_sr", config, tmp_path)
     assert counts["units_in"] == counts["units_kept"] + counts["units_excluded"] > len(names)
     assert counts["excluded_by_reason"]["empty_file"] == sum("-empty." in n or "-bom." in n for n in names)
