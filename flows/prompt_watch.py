@@ -1,8 +1,8 @@
 """A prompt edit that no stage will see (issue 29 §2): each run records the digests of the
 prompt files of its flow (``prompts/<flow>/`` and ``prompts/common/``) in
-``<artifacts>/<flow>/prompts.json``; ``irforge status`` and ``irforge run`` name each file
-changed since then whose digest no configured stage's fingerprint holds (a stage's prompt
-digest is in its plan's inputs: ``tasks/common/llm/prompt.py``), so an edit to a prompt that
+``<artifacts>/<flow>/prompts.json``; ``irforge status`` names each file changed since then
+whose digest no configured stage's fingerprint holds (a stage's prompt digest, the sha256 of
+the file's bytes, is in its plan's inputs: ``tasks/common/llm/prompt.py``), so an edit to a prompt that
 the config does not use (an LLM step switched off) is not mistaken for one that took effect.
 """
 
