@@ -38,7 +38,7 @@ from irforge.errors import AccountingError, IrforgeError
 from irforge.fingerprint import fingerprint, fingerprint_view
 from irforge.manifest import Totals, build_manifest
 from irforge.parallel import INLINE, ChunkCall, ChunkRunner, kept_rows_per_chunk
-from irforge.progress import NullProgress, Progress
+from irforge.progress import NullProgress, Progress, reporting
 from irforge.stage import ChunkResult, StageContext, StageSpec, key_set
 
 log = logging.getLogger("irforge")
@@ -223,11 +223,14 @@ def _run_chunks(
             rows_of[index] = chunk.num_rows
             yield ChunkCall(index, f"{spec.name}[{index}]", compute_chunk, (spec, chunk, plan.context, index))
 
-    for index, done in runner.run(calls(), resources):
-        _persist_chunk(work, index, done)
-        totals.add(done.marker)
-        progress.advance(rows_of.pop(index))
-    progress.finish()
+    try:
+        with reporting(progress):  # meters of chunks computed in this thread (inline)
+            for index, done in runner.run(calls(), resources):
+                _persist_chunk(work, index, done)
+                totals.add(done.marker)
+                progress.advance(rows_of.pop(index))
+    finally:
+        progress.finish()
     return totals
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
+from irforge.progress import meter
 from tasks.common.embed.local import model_files_digest
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ def fit(
         0, val_loss, val_mrr, [{"epoch": 0, "train_loss": None, "val_loss": val_loss, "val_mrr": val_mrr}]
     )
     best_state = copy.deepcopy(model.state_dict())
+    steps = meter("training steps", total)  # beside the stage's rows (an early stop ends short)
     for epoch in range(1, s.epochs + 1):
         model.train()
         losses = []
@@ -107,6 +109,7 @@ def fit(
             losses.append(step(batch))
             optimizer.step()
             schedule.step()
+            steps.advance()
         val_loss, val_mrr = validate()
         train_loss = math.fsum(losses) / len(losses) if losses else None
         best.history.append(

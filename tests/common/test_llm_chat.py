@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from irforge.progress import NullProgress, reporting
 from tasks.common.llm.cache import ChatStats, ReplyCache, StoredReply, cached_chat, request_key
 from tasks.common.llm.config import LLMConfig, chat_model, describe, grammar_field
 from tasks.common.llm.openai_chat import OpenAIChatModel
@@ -590,12 +591,23 @@ def test_a_second_call_sends_nothing_and_reports_nothing_paid(
         assert (new.prompt_tokens, new.completion_tokens) == (old.prompt_tokens, old.completion_tokens)
 
 
+class Counted(NullProgress):
+    def __init__(self, into: list[tuple[str, int, int]]) -> None:
+        self.into = into
+
+    def units(self, unit: str, done: int, total: int) -> None:
+        self.into.append((unit, done, total))
+
+
 def test_duplicates_are_sent_once_and_answered_under_every_id(
     make: Make, llm_server: FakeChat, cache: ReplyCache
 ) -> None:
     requests = [ask("a", "same"), ask("b", "other"), ask("c", "same"), ask("d", "same")]
     seen: list[str] = []
-    outcomes, stats = cached_chat(make(), cache, requests, judge, lambda o: seen.append(o.custom_id))
+    counted: list[tuple[str, int, int]] = []
+    with reporting(Counted(counted)):  # as inside a stage's chunk: the bar counts every request
+        outcomes, stats = cached_chat(make(), cache, requests, judge, lambda o: seen.append(o.custom_id))
+    assert counted == [("LLM requests", n, 4) for n in range(5)]
     assert sorted(llm_server.asked()) == ["other", "same"]
     assert [o.custom_id for o in outcomes] == ["a", "b", "c", "d"]
     assert sorted(seen) == ["a", "b", "c", "d"]

@@ -470,3 +470,93 @@ def test_log_progress_says_rows_rate_and_time_left_every_interval(caplog: pytest
     assert lines[0].startswith("judge: 0/1,000 rows (0 %), 0.0 rows/s") and "time left unknown" in lines[0]
     assert any(line.startswith("judge: 250/1,000 rows (25 %)") and "left" in line for line in lines)
     assert "about" in lines[-1] and "elapsed" in lines[-1]
+
+
+class _Recorded:
+    """A Progress that keeps every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def start(self, stage: str, total_rows: int) -> None:
+        self.calls.append(("start", stage, total_rows))
+
+    def advance(self, rows: int) -> None:
+        self.calls.append(("advance", rows))
+
+    def units(self, unit: str, done: int, total: int) -> None:
+        self.calls.append(("units", unit, done, total))
+
+    def finish(self) -> None:
+        self.calls.append(("finish",))
+
+
+def test_units_counted_inside_a_chunk_reach_the_stage_s_progress(tmp_path: Path) -> None:
+    """Issue 29 §3: a one-chunk stage does not sit at 0 rows: what its code counts on a meter
+    (LLM requests, training steps) shows while the chunk runs; a meter outside a run counts silently."""
+    from irforge.pipeline import Pipeline, execute_step, select_steps
+    from irforge.progress import meter
+    from irforge.stage import StageContext
+
+    def process(chunk: pa.Table, ctx: StageContext[NumbersConfig]) -> ChunkResult:
+        steps = meter("training steps", 3)
+        for _ in range(3):
+            steps.advance()
+        return ChunkResult(
+            chunk.append_column("value", chunk.column("id")), NUMBERS.excluded_schema.empty_table()
+        )
+
+    stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process})
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
+    cfg = config(count=20)
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
+    store = ArtifactStore(tmp_path)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
+    seen = _Recorded()
+    execute_step(step, store, "toy", cfg.execution, progress=seen)
+    one_chunk = [("units", "training steps", n, 3) for n in range(4)]
+    assert seen.calls == [
+        ("start", "numbers", 20),
+        *one_chunk,
+        ("advance", 10),
+        *one_chunk,
+        ("advance", 10),
+        ("finish",),
+    ]
+    alone = meter("LLM requests", 2)  # no run: nobody to tell, still counted
+    alone.advance(2)
+    assert alone.done == 2
+
+
+def test_log_progress_shows_the_running_chunk_s_units(caplog: pytest.LogCaptureFixture) -> None:
+    from irforge.progress import LogProgress
+
+    progress = LogProgress(interval_s=3600)
+    progress.start("judge", 40)
+    progress.units("LLM requests", 0, 40)
+    progress.units("LLM requests", 10, 40)
+    line = progress.line()
+    assert line.startswith("judge: 0/40 rows (0 %)")
+    assert "; this chunk: 10/40 LLM requests (25 %)" in line and "LLM requests/s, about" in line
+    progress.units("LLM requests", 40, 40)  # the chunk's units all done: the rows say the rest
+    assert "this chunk" not in progress.line()
+    progress.finish()
+
+
+def test_the_terminal_bar_draws_a_line_for_the_chunk_s_units() -> None:
+    import io
+
+    from rich.console import Console
+
+    from irforge.progress import RichProgress
+
+    out = io.StringIO()
+    progress = RichProgress(Console(file=out, force_terminal=True, color_system=None, width=120))
+    progress.start("judge", 40)
+    progress.units("LLM requests", 0, 12)
+    progress.units("LLM requests", 5, 12)
+    assert progress._bar is not None
+    progress._bar.refresh()
+    drawn = out.getvalue()
+    progress.finish()
+    assert "0/40 rows" in drawn and "5/12 LLM requests" in drawn and "this chunk" in drawn

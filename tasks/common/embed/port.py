@@ -41,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from irforge.errors import IrforgeError
+from irforge.progress import meter
 
 F32 = npt.NDArray[np.float32]
 Kind = Literal["query", "passage"]
@@ -204,10 +205,12 @@ class EncoderBase(ABC):
             return empty(self.dims)
         order = self._order(items)
         parts: list[tuple[list[int], F32]] = []
+        encoded = meter(f"{kind} texts encoded", len(items))
         with self._serial():
             for batch in batches(len(items), self.batch_size):
                 idx = order[batch.start : batch.stop]
                 parts.append((idx, self._encode_batch([items[i] for i in idx], prefix)))
+                encoded.advance(len(idx))
                 if on_batch is not None:
                     on_batch(batch.stop, len(items))
         out = np.empty((len(items), parts[0][1].shape[1]), dtype=np.float32)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from irforge.fingerprint import canonical_json
+from irforge.progress import meter
 from irforge.sqlite_cache import SqliteCache
 from tasks.common.llm.port import (
     ChatFailure,
@@ -217,7 +218,8 @@ def cached_chat(
     (:meth:`~irforge.sqlite_cache.SqliteCache.fill`) and sent in one ``model.run``; each
     valid reply is committed to the cache as it arrives, then handed out under every
     ``custom_id`` that asked it. Misses another worker has claimed are waited for and count
-    as hits. ``on_outcome`` sees every outcome: the hits first, then the rest as they end.
+    as hits. ``on_outcome`` sees every outcome: the hits first, then the rest as they end; a
+    :func:`irforge.progress.meter` counts them.
     Outcomes align with ``requests``.
     """
     ids = [r.custom_id for r in requests]
@@ -234,7 +236,14 @@ def cached_chat(
 
     outcomes: list[ChatOutcome | None] = [None] * len(requests)
     positions: dict[str, list[int]] = {}  # key of a miss -> positions asking it, first occurrence order
-    sender = _Sender(model, cache, requests, positions, outcomes, validate, on_outcome)
+    counted = meter("LLM requests", len(requests))  # shown beside the stage's rows
+
+    def ended(outcome: ChatOutcome) -> None:
+        counted.advance()
+        if on_outcome is not None:
+            on_outcome(outcome)
+
+    sender = _Sender(model, cache, requests, positions, outcomes, validate, ended)
     for i, (key, request) in enumerate(zip(keys, requests, strict=True)):
         if key in values:
             sender.hand_out(i, _from_cache(request, stored[key], values[key]))

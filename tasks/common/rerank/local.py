@@ -54,6 +54,7 @@ import numpy.typing as npt
 import torch
 from sentence_transformers import CrossEncoder
 
+from irforge.progress import meter
 from tasks.common.embed.local import model_files_digest
 from tasks.common.models import hub
 from tasks.common.models.hub import ModelErrors, load_from_hub, locate_model, one_line, snapshot_commit
@@ -163,11 +164,12 @@ class CrossEncoderReranker(RerankerBase):
         with self._lock:
             lengths = self.token_lengths(qs, ps)
             order = np.argsort(-lengths, kind="stable")  # longest first; ties keep input order
-            done = 0
+            done, scored = 0, meter("pairs scored", len(qs))
             for batch in self._batches(lengths[order]):
                 idx = order[batch]
                 logits[idx] = self._predict([(qs[i], ps[i]) for i in idx], self._source())
                 done += len(idx)
+                scored.advance(len(idx))
                 if progress is not None:
                     progress(done, len(qs))
         return logits
