@@ -6,7 +6,7 @@ The flow's real stage specs run one after the other in this process through the 
 (:func:`irforge.engine.run_stage`, ``chunk_rows`` 500), as a flow run schedules them.
 
 Front stages on volume (5,034 pages): ``ingest`` → ``extract`` → ``journal_links`` →
-``single_study`` → ``resolve`` over copies of the 14 pages of ``data/crossgenre/news``, each
+``single_study`` → ``resolve`` over copies of the 15 pages of ``data/crossgenre/news``, each
 copy stating its own URL (syndicated copies of 11 stories: fine for timing); PubMed = the
 bundled ``data/crossgenre/medline``.
 

@@ -17,23 +17,56 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from irforge.artifacts import MANIFEST, ArtifactStore
 
 CONTENTS = ".contents"
 _BLOCK = 1 << 20
+ACCOUNTING = {b"irforge": b"accounting"}
+
+
+def accounting(field: pa.Field) -> pa.Field:
+    """``field`` marked as saying how this run got a row (an LLM reply's ``attempts``,
+    ``cached``), not what it is: left out of the content digest, so a rerun served from a
+    reply cache cuts off early as one that asked again would."""
+    return field.with_metadata(ACCOUNTING)
 
 
 def content_digest(folder: Path) -> str:
     """sha256 over every file under ``folder`` but its manifest: relative path, size and bytes,
-    in path order (the side tables and ``files/`` included)."""
+    in path order (the side tables and ``files/`` included). A Parquet file with
+    :func:`accounting` columns counts as its other columns instead (Arrow IPC stream)."""
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
         relative = path.relative_to(folder).as_posix()
+        table = _without_accounting(path) if path.suffix == ".parquet" else None
+        if table is not None:
+            digest.update(f"{relative}\0columns\0".encode())
+            digest.update(_ipc_bytes(table))
+            continue
         digest.update(f"{relative}\0{path.stat().st_size}\0".encode())
         with path.open("rb") as fh:
             while block := fh.read(_BLOCK):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def _without_accounting(path: Path) -> pa.Table | None:
+    """The Parquet file's table less its accounting columns; None when it has none."""
+    schema = pq.read_schema(path)
+    names = [f.name for f in schema if (f.metadata or {}).get(b"irforge") != b"accounting"]
+    if len(names) == len(schema.names):
+        return None
+    return pq.read_table(path, columns=names).combine_chunks()
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue())
 
 
 def canonical(store: ArtifactStore, flow: str, stage: str, fingerprint: str) -> str:

@@ -1,10 +1,9 @@
 """Runs one stage under the stage contract (:mod:`irforge.stage`).
 
 Reuse an artifact whose fingerprint exists; otherwise process the input in chunks, each
-persisted as it finishes under ``.work-<fingerprint>/`` (a killed run resumes from the
-last finished chunk), check rows in = rows out + rows excluded for every chunk, then
-assemble the part files, ``excluded.parquet`` and ``manifest.json`` in a temporary
-directory and publish it in one atomic step (``ArtifactStore.publish`` in :mod:`irforge.artifacts`).
+persisted as it finishes under ``.work-<fingerprint>/`` (a killed run resumes from the last
+finished chunk), check rows in = rows out + rows excluded for every chunk, then assemble the
+parts, ``excluded.parquet`` and ``manifest.json`` and publish them atomically (:mod:`irforge.artifacts`).
 """
 
 from __future__ import annotations
@@ -145,7 +144,8 @@ def run_stage(
                 files.rename(tmp / FILES)
             wall = time.perf_counter() - started
             manifest = build_manifest(flow, plan, fp, material, totals, wall, resumed)
-            write_json_atomic(tmp / MANIFEST, {**manifest, "content": content_digest(tmp)})
+            manifest["content"] = content_digest(tmp)
+            write_json_atomic(tmp / MANIFEST, manifest)
             artifact = store.publish(tmp, flow, spec.name, fp)
             register(store, flow, spec.name, fp, artifact.manifest["content"])
         except BaseException:
@@ -223,14 +223,11 @@ def _run_chunks(
             rows_of[index] = chunk.num_rows
             yield ChunkCall(index, f"{spec.name}[{index}]", compute_chunk, (spec, chunk, plan.context, index))
 
-    try:
-        with reporting(progress):  # meters of chunks computed in this thread (inline)
-            for index, done in runner.run(calls(), resources):
-                _persist_chunk(work, index, done)
-                totals.add(done.marker)
-                progress.advance(rows_of.pop(index))
-    finally:
-        progress.finish()
+    with reporting(progress):  # meters of chunks computed in this thread (inline); then finish()
+        for index, done in runner.run(calls(), resources):
+            _persist_chunk(work, index, done)
+            totals.add(done.marker)
+            progress.advance(rows_of.pop(index))
     return totals
 
 

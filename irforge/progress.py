@@ -85,12 +85,14 @@ def meter(unit: str, total: int) -> Meter:
 
 @contextlib.contextmanager
 def reporting(progress: Progress) -> Iterator[None]:
-    """Meters created in this thread (and in contexts copied from it) report to ``progress``."""
+    """Meters created in this thread (and in contexts copied from it) report to ``progress``,
+    which is finished on the way out, error or not."""
     token = _SINK.set(progress.units)
     try:
         yield
     finally:
         _SINK.reset(token)
+        progress.finish()
 
 
 class RichProgress:

@@ -14,7 +14,7 @@ from tasks.common.llm.stage import LLMCalls, json_object
 
 DEFAULT_PROMPT = "spanish_sr/question.md"
 PLACEHOLDERS = frozenset({"language", "title"})
-MAX_CHARS = 500
+MAX_CHARS = 320  # the longest demo title is 281 characters; a bound the grammar closes the string at
 REPLY_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"question": {"type": "string", "minLength": 3, "maxLength": MAX_CHARS}},

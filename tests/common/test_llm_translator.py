@@ -209,14 +209,20 @@ def test_options_hold_what_changes_translations_and_no_secret(chat: FakeChat, tm
         "model": MODEL,
         "model_options": model.options(),
         "sampling": {"temperature": 0.2, "top_p": 1.0, "max_tokens": 100, "seed": 3},
-        "prompt_sha256": hashlib.sha256(DEFAULT_PROMPT.read_bytes()).hexdigest(),
+        "template_sha256": options["template_sha256"],  # of what is sent: checked below
     }
+    assert len(options["template_sha256"]) == 64
+    assert options["template_sha256"] != hashlib.sha256(DEFAULT_PROMPT.read_bytes()).hexdigest()
     assert "sk-test-secret-4711" not in json.dumps(options) + repr(translator)
     assert chat.url not in json.dumps(options)  # where the model runs does not change a translation
 
     edited = tmp_path / "prompt.md"
     edited.write_text(DEFAULT_PROMPT.read_text("utf-8") + "\nBe brief.\n", "utf-8")
-    assert LLMTranslator(model, prompt_path=edited).options()["prompt_sha256"] != options["prompt_sha256"]
+    assert LLMTranslator(model, prompt_path=edited).options()["template_sha256"] != options["template_sha256"]
+    # A comment-only edit sends the same requests: same options, same cache keys, same rows.
+    comment = tmp_path / "comment.md"
+    comment.write_text(DEFAULT_PROMPT.read_text("utf-8").replace("<!--", "<!-- reviewed;", 1), "utf-8")
+    assert LLMTranslator(model, prompt_path=comment, sampling=translator.sampling).options() == options
 
 
 def test_cached_translate_pays_once(chat: FakeChat, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Stage ``extract`` on the 14 gold pages and on small pages written for the cases real pages show."""
+"""Stage ``extract`` on the 15 gold pages and on small pages written for the cases real pages show."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""The crossgenre demo flow against the gold file of its 14 news pages (data/crossgenre/news/gold.jsonl).
+"""The crossgenre demo flow against the gold file of its 15 news pages (data/crossgenre/news/gold.jsonl).
 
 The pages were written for irforge about real studies whose records are in
 data/crossgenre/medline; gold.jsonl says, page by page, where the funnel of paper 003 §2
 (journal link → single study → PubMed record) must leave it and which PMID it cites. The
 flow runs from its default config (flows/configs/crossgenre.yaml) through the same engine
-calls as a Prefect run.
+calls as a Prefect run, its LLM (the embedded Gemma 3 270M) deciding the page the rules leave
+undecided (p15).
 """
 
 from __future__ import annotations
@@ -34,8 +35,13 @@ def _run(root: Path, until: str) -> dict[str, StageOutcome]:
 
 
 @pytest.fixture(scope="module")
-def funnel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, StageOutcome]:
-    return _run(tmp_path_factory.mktemp("crossgenre"), "claims")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("crossgenre")
+
+
+@pytest.fixture(scope="module")
+def funnel(root: Path) -> dict[str, StageOutcome]:
+    return _run(root, "claims")
 
 
 def _outcomes(funnel: dict[str, StageOutcome]) -> dict[str, str]:
@@ -60,7 +66,23 @@ def test_every_page_leaves_the_funnel_where_gold_says(funnel: dict[str, StageOut
         assert where[page["file"]] in allowed, page["file"]
     assert len(where) == len(GOLD)
     counts = {s: funnel[s].manifest["counts"]["rows_out"] for s in ("ingest", *FUNNEL)}
-    assert counts == {"ingest": 14, "journal_links": 12, "single_study": 11, "resolve": 11, "claims": 11}
+    assert counts == {"ingest": 15, "journal_links": 13, "single_study": 12, "resolve": 12, "claims": 12}
+
+
+def test_the_page_the_rules_leave_undecided_is_decided_by_the_demo_s_llm(
+    funnel: dict[str, StageOutcome],
+) -> None:
+    """Issue 29 §2: the demo uses its prompt (prompts/crossgenre/single_study.md) on p15."""
+    ingest = funnel["ingest"].artifact.read(columns=["page_id", "item"]).to_pylist()
+    file_of = {r["page_id"]: Path(r["item"]).name for r in ingest}
+    kept = funnel["single_study"].artifact.read(columns=["page_id", "decided_by", "decision"]).to_pylist()
+    by_llm = {file_of[r["page_id"]]: r for r in kept if r["decided_by"] == "llm"}
+    assert list(by_llm) == [g["file"] for g in GOLD if g.get("decided_by") == "llm"]
+    (row,) = by_llm.values()
+    assert row["decision"].startswith("LLM (gemma-3-270m-q4_k_m): ")
+    manifest = funnel["single_study"].manifest
+    assert manifest["cost"]["requests_sent"] == 1
+    assert manifest["material"]["inputs"]["prompt_sha256"]
 
 
 def test_each_claim_has_gold_s_headline_and_cites_gold_s_pmid(funnel: dict[str, StageOutcome]) -> None:
@@ -82,8 +104,7 @@ def test_each_claim_has_gold_s_headline_and_cites_gold_s_pmid(funnel: dict[str, 
     assert all(r["abstract"] for r in corpus)
 
 
-def test_a_rerun_reuses_every_stage(tmp_path: Path) -> None:
-    first = _run(tmp_path, "single_study")
-    again = _run(tmp_path, "single_study")
-    assert {s: o.state for s, o in first.items()} == dict.fromkeys(first, "computed")
-    assert {s: o.state for s, o in again.items()} == dict.fromkeys(first, "reused")
+def test_a_rerun_reuses_every_stage(root: Path, funnel: dict[str, StageOutcome]) -> None:
+    again = _run(root, "claims")
+    assert {s: o.state for s, o in funnel.items()} == dict.fromkeys(funnel, "computed")
+    assert {s: o.state for s, o in again.items()} == dict.fromkeys(funnel, "reused")

@@ -22,7 +22,7 @@ from tasks.crossgenre.stages.resolve import SPEC as RESOLVE
 from tasks.crossgenre.stages.resolve import ResolveConfig
 from tests.parallel_harness import ParallelCheck, assert_pool_gave_the_inline_bytes, check_parallel_chunks
 
-CHUNK_ROWS = 3  # 14 pages, 11 claims: 4 or 5 chunks a stage
+CHUNK_ROWS = 3  # 15 pages, 12 claims: 4 or 5 chunks a stage
 PARALLEL = {"ingest", "extract", "journal_links", "single_study", "resolve", "candidates", "pairs"}
 WHOLE_INPUT = {"claims", "distractors", "splits"}
 

@@ -71,3 +71,43 @@ def test_the_digest_covers_every_file_but_the_manifest_and_the_first_holder_stay
     assert held == first.fingerprint
     run_toy(root, _config(log, sleep_s=0.001))  # same content, another fingerprint: the first stays
     assert (root / "toy" / "numbers" / CONTENTS / digest).read_text().strip() == first.fingerprint
+
+
+def test_accounting_columns_are_left_out_of_the_digest_and_nothing_else(tmp_path: Path) -> None:
+    """An LLM stage rerun from its reply cache writes ``cached`` true and ``attempts`` 0 where
+    the first run asked: the same rows, so the same content (irforge.contents.accounting)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from irforge.contents import accounting
+
+    kept = pa.schema(
+        [
+            pa.field("id", pa.string()),
+            pa.field("answer", pa.string()),
+            accounting(pa.field("attempts", pa.int32())),
+            accounting(pa.field("cached", pa.bool_())),
+        ]
+    )
+    excluded = pa.schema([pa.field("reason", pa.string()), accounting(pa.field("attempts", pa.int32()))])
+
+    def artifact(name: str, answer: str, attempts: int, cached: bool, schema: pa.Schema = kept) -> Path:
+        folder = tmp_path / name
+        (folder / "files").mkdir(parents=True)
+        rows = {"id": ["a", "b"], "answer": [answer, "no"], "attempts": [attempts, 1], "cached": [cached] * 2}
+        pq.write_table(pa.table(rows, schema=schema), folder / "part-00000.parquet")
+        pq.write_table(
+            pa.table({"reason": ["x"], "attempts": [attempts]}, schema=excluded), folder / "excluded.parquet"
+        )
+        (folder / "files" / "note.txt").write_text("same")
+        return folder
+
+    asked, from_cache = artifact("asked", "yes", 2, False), artifact("cache", "yes", 0, True)
+    assert content_digest(asked) == content_digest(from_cache)
+    assert content_digest(artifact("other", "maybe", 0, True)) != content_digest(from_cache)
+    unmarked = pa.schema([f.remove_metadata() for f in kept])  # undeclared: every byte counts
+    assert content_digest(artifact("plain1", "yes", 2, False, unmarked)) != content_digest(
+        artifact("plain2", "yes", 0, True, unmarked)
+    )
+    (from_cache / "files" / "note.txt").write_text("changed")
+    assert content_digest(asked) != content_digest(from_cache)

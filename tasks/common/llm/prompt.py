@@ -3,7 +3,8 @@
 A prompt file is UTF-8 text with ``$name`` placeholders (``$$`` for a dollar sign); a
 leading ``<!-- ... -->`` comment documents it and is not sent (see ``prompts/README.md``).
 The digest is the sha256 of the file's bytes, header included: it belongs in the
-fingerprint of every stage that sends the prompt, so editing the file reruns the stage.
+fingerprint of every stage that sends the prompt, so editing the file reruns the stage (whose
+output, for a comment-only edit, is unchanged: early cut-off, ``irforge/contents.py``).
 Which placeholders a prompt must use is the caller's rule (``tasks/evidencebench/llm_steps.py``,
 ``tasks/common/translate/llm.py``, ``tasks/cure/judgement.py``).
 """

@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from irforge.contents import accounting
 from irforge.errors import IrforgeError
 from irforge.parallel import CPU, Resources
 from irforge.stage import ChunkResult, StageContext, exclusion_schema, rows_to_table
@@ -45,8 +46,8 @@ LLM_COST_FIELDS = (
     pa.field("model", pa.string(), nullable=False),
     pa.field("prompt_tokens", pa.int64(), nullable=False),
     pa.field("completion_tokens", pa.int64(), nullable=False),
-    pa.field("attempts", pa.int32(), nullable=False),
-    pa.field("cached", pa.bool_(), nullable=False),
+    accounting(pa.field("attempts", pa.int32(), nullable=False)),
+    accounting(pa.field("cached", pa.bool_(), nullable=False)),
 )
 """Every LLM stage's last columns: which model answered and what its requests cost."""
 _COST_NAMES = frozenset(field.name for field in LLM_COST_FIELDS)
@@ -77,7 +78,7 @@ def failure_schema(
         *([pa.field("step", pa.string(), nullable=False)] if step else []),
         *extra,
         pa.field("raw_reply", pa.string()),
-        pa.field("attempts", pa.int32(), nullable=not attempts_required),
+        accounting(pa.field("attempts", pa.int32(), nullable=not attempts_required)),
     )
 
 

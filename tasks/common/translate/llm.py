@@ -24,6 +24,7 @@ OpenAI model it is a real alternative to DeepL.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,9 @@ class LLMTranslator:
         self.model = model
         self.sampling = sampling or DEFAULT_SAMPLING
         self.prompt_path = path
-        self.prompt_sha256 = loaded.sha256
+        # Of what is sent (the header comment removed): a comment-only edit changes no
+        # translation, so neither the cache keys nor the rows that store these options.
+        self.template_sha256 = hashlib.sha256(loaded.template.template.encode("utf-8")).hexdigest()
         self.template = loaded.template
         self._check_template(path)
 
@@ -105,7 +108,7 @@ class LLMTranslator:
             "model": self.model.model,
             "model_options": self.model.options(),
             "sampling": self.sampling.model_dump(),
-            "prompt_sha256": self.prompt_sha256,
+            "template_sha256": self.template_sha256,
         }
 
     def translate_each(

@@ -23,6 +23,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator
 
 from irforge.config import StrictModel
+from irforge.contents import accounting
 from irforge.parallel import Resources
 from irforge.stage import (
     ArtifactSource,
@@ -82,7 +83,7 @@ EXCLUDED_SCHEMA = exclusion_schema(
     pa.field("decided_by", _S, nullable=False),
     pa.field("works", pa.int32()),
     pa.field("raw_reply", _S),
-    pa.field("attempts", pa.int32()),
+    accounting(pa.field("attempts", pa.int32())),
 )
 
 

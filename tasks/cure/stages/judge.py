@@ -4,9 +4,8 @@ The pairs are the ``pool`` stage's stored scores seen through a cut-off (``pool`
 0.42 on the sigmoid by default), so a new cut-off reruns only this stage. The prompt
 (:mod:`tasks.cure.judgement`) shows the clinical role of the query's domain, the
 reasoning steps, optional rated examples, the question, the article title and the passage;
-the reply must be the JSON object ``{"explanation": str, "score": 0 | 1 | 2}``: the schema
-is requested from the server *and* every reply is validated
-(:func:`~tasks.cure.judgement.validate_judgement`).
+the reply must be the JSON object ``{"explanation": str, "score": 0 | 1 | 2}``: the schema is
+requested from the server *and* every reply is validated (:func:`~tasks.cure.judgement.validate_judgement`).
 A reply that does not validate is asked again (``llm.max_invalid_retries``) and then
 quarantined with its raw text — never counted as a 0. Requests are sent grouped by query,
 the question before the passage, so a server's prefix cache reuses the shared part.
@@ -30,6 +29,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from irforge.config import StrictModel
+from irforge.contents import accounting
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource
 from tasks.common.llm.config import LLMConfig, describe
 from tasks.common.llm.port import ChatRequest
@@ -64,7 +64,8 @@ SCHEMA = pa.schema(
         *required(
             engine=_S, model=_S, prompt_sha256=_S, prompt_tokens=pa.int64(), completion_tokens=pa.int64()
         ),
-        *required(attempts=pa.int32(), cached=pa.bool_(), probability=pa.float64()),
+        *map(accounting, required(attempts=pa.int32(), cached=pa.bool_())),  # how, not what
+        pa.field("probability", pa.float64(), nullable=False),
     ]
 )
 EXCLUDED_SCHEMA = failure_schema(*required(query_id=_S, passage_id=_S, domain=_S), step=False)

@@ -278,7 +278,7 @@ def resources(config: TranslateConfig) -> Resources:
 
 SPEC: StageSpec[TranslateConfig] = StageSpec(
     name="translate",
-    version=2,  # 2: side table translate_info (the configured languages, read by release)
+    version=3,  # 2: side table translate_info (the configured languages, read by release); 3: options hold the sent template's digest
     config_type=TranslateConfig,
     upstream=("annotations",),
     schema=SCHEMA,
