@@ -166,7 +166,8 @@ def test_on_resolved_gold_pages_a_syndicated_copy_is_merged(tmp_path: Path) -> N
     ).artifact
     outcome = run_one(tmp_path, SPEC, ClaimsConfig(), {"resolve": resolved})
     kept = outcome.artifact.read().to_pylist()
-    assert len(kept) == 11 and outcome.artifact.excluded().column("page_id").to_pylist() == ["copy"]
+    assert len(kept) == len(claims) == 12
+    assert outcome.artifact.excluded().column("page_id").to_pylist() == ["copy"]
     assert next(r for r in kept if r["page_id"] == claims[0]["file"])["cluster_size"] == 2
     corpus = outcome.artifact.read(table="corpus").to_pylist()
     assert [r["doc_id"] for r in corpus] == sorted(g["pmid"] for g in claims)

@@ -124,7 +124,7 @@ def test_gold_pages_without_a_publication_link_are_excluded_with_the_domains_see
 
 def test_every_cited_gold_study_is_a_study_link_with_its_identifier(gold_run: Any) -> None:
     kept = by_file(gold_run.artifact.read())
-    assert len(kept) == 12
+    assert len(kept) == 13
     expected = {  # gold primary links: the identifier each carries
         "p01": ("doi", "doi", "10.1001/jama.2021.20178"),
         "p02": ("journal", "doi", "10.3389/fpsyg.2021.745344"),
@@ -136,6 +136,7 @@ def test_every_cited_gold_study_is_a_study_link_with_its_identifier(gold_run: An
         "p08": ("journal", "doi", "10.1056/nejmoa1911149"),
         "p10": ("journal", "pii", "S0920996419305389"),
         "p13": ("journal", "pii", "S0140-6736(22)02324-8"),
+        "p15": ("doi", "doi", "10.1111/jcpe.13003"),
     }
     for page, (kind, id_kind, value) in expected.items():
         links = kept[page]["study_links"]

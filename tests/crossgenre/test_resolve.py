@@ -109,7 +109,7 @@ def test_references_resolve_to_pmids_and_failures_are_excluded(tmp_path: Path) -
 def test_every_gold_study_doi_resolves_to_its_gold_pmid(tmp_path: Path) -> None:
     gold = [json.loads(line) for line in (NEWS / "gold.jsonl").read_text(encoding="utf-8").splitlines()]
     claims = [g for g in gold if g["expected_outcome"] == "claim"]
-    assert len(claims) == 11
+    assert len(claims) == 12
     pages = [page(g["file"], ref("doi", g["doi"], g["primary_study_link"])) for g in claims]
     upstream = artifact_of(tmp_path, "single_study", pa.Table.from_pylist(pages, schema=INPUT_SCHEMA))
     config = ResolveConfig(pubmed=PubmedConfig(engine="local", medline=["."]))  # every demo file
