@@ -52,8 +52,11 @@ class FunnelStep:
 class CardInfo:
     name: str
     pretty_name: str
-    license: str
+    license: str  # of the release as a whole (``other`` when a source's licence is unknown)
     pages_license: str | None
+    license_name: str | None = None  # why ``other``
+    own_license: str | None = None  # of irforge's part: queries, judgements, candidates, pairs
+    models: Sequence[str] = ()  # the models that answered, as provenance lines
     revision: str = "main"
     files: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (config, split) → rows
     pairs_text: bool = False
@@ -80,6 +83,7 @@ def _front_matter(info: CardInfo) -> dict[str, Any]:
     return {
         "pretty_name": info.pretty_name,
         "license": info.license,
+        **({"license_name": info.license_name} if info.license_name else {}),
         "language": ["en"],
         "task_categories": ["text-retrieval", "text-ranking"],
         "task_ids": ["document-retrieval", "fact-checking-retrieval"],
@@ -258,7 +262,8 @@ def _licences(info: CardInfo) -> list[str]:
     return [
         "## Licences",
         "",
-        f"- This collection (queries, judgements, candidates, pairs): `{info.license}`.",
+        f"- This collection (queries, judgements, candidates, pairs): `{info.own_license or info.license}`."
+        + (f" The release as a whole: `{info.license}` ({info.license_name})." if info.license_name else ""),
         "- News articles: only each headline and its URL are released; the articles' text is not "
         f"redistributed (it belongs to its publishers).{pages}",
         "- Abstracts: from MEDLINE/PubMed, courtesy of the U.S. National Library of Medicine, under NLM's "
@@ -276,7 +281,7 @@ def render_card(info: CardInfo) -> str:
         *_grouping(),
         *_usage(info),
         *_licences(info),
-        *provenance(info.fingerprints),
+        *provenance(info.fingerprints, info.models),
         *citation(PAPER_BIBTEX, info.name, info.fingerprints),
     ]
     return card_text(_front_matter(info), body)

@@ -108,3 +108,23 @@ def test_a_rerun_reuses_every_stage(root: Path, funnel: dict[str, StageOutcome])
     again = _run(root, "claims")
     assert {s: o.state for s, o in funnel.items()} == dict.fromkeys(funnel, "computed")
     assert {s: o.state for s, o in again.items()} == dict.fromkeys(funnel, "reused")
+
+
+def test_the_demo_release_card_says_its_licence_and_which_model_decided(
+    root: Path, funnel: dict[str, StageOutcome]
+) -> None:
+    """Issue 29 §4: no more permissive than the abstracts it redistributes (publishers' copyright,
+    unknown per record: ``other``, saying why); the LLM named as the rows name it."""
+    import yaml
+
+    released = _run(root, "release")
+    assert {s: released[s].state for s in funnel} == dict.fromkeys(funnel, "reused")
+    card = (released["release"].artifact.files / "release" / "README.md").read_text(encoding="utf-8")
+    front = yaml.safe_load(card.split("---\n")[1])
+    assert front["license"] == "other" and "MEDLINE/PubMed abstracts" in front["license_name"]
+    assert "(queries, judgements, candidates, pairs): `cc-by-4.0`. The release as a whole: `other`" in card
+    provenance = card[card.index("## Provenance") :]
+    assert (
+        "- `single_study`: 1 page(s) the rules left undecided decided by `gemma-3-270m-q4_k_m` (llama-cpp)"
+        in provenance
+    )

@@ -17,9 +17,13 @@ IRFORGE_BIBTEX = """@software{irforge,
 }"""
 
 
-def provenance(fingerprints: Mapping[str, str]) -> list[str]:
-    """A ``## Provenance`` section: each stage's fingerprint, by stage name."""
-    lines = ["## Provenance", "", "Stage fingerprints of the irforge run that built this release:", ""]
+def provenance(fingerprints: Mapping[str, str], models: Sequence[str] = ()) -> list[str]:
+    """A ``## Provenance`` section: the models that answered (one line each, as the rows
+    name them), then each stage's fingerprint, by stage name."""
+    lines = ["## Provenance", ""]
+    if models:
+        lines += ["Models that answered, as the rows name them:", "", *(f"- {m}" for m in models), ""]
+    lines += ["Stage fingerprints of the irforge run that built this release:", ""]
     lines += [f"- `{stage}`: `{fp}`" for stage, fp in sorted(fingerprints.items())]
     return [*lines, ""]
 

@@ -20,17 +20,19 @@ that split: ``datasets`` cannot load an empty split, so the card does not declar
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
 import pyarrow as pa
 from pydantic import Field
 
-from irforge.artifacts import lineage
+from irforge.artifacts import Artifact, lineage
 from irforge.config import StrictModel
 from irforge.errors import IrforgeError
 from irforge.stage import ChunkResult, StageContext, StageSpec, TableSource
 from tasks.common.release.files import FILE_EXCLUDED_SCHEMA, FILE_UNITS, FILES_SCHEMA, file_outcome
+from tasks.common.text.licences import release_licence
 from tasks.crossgenre.card import FUNNEL, CardInfo, FunnelStep, render_card
 from tasks.crossgenre.dataset import CONFIGS, CORPUS_SPLIT, SPLITS, write_release
 from tasks.crossgenre.documents import read_documents
@@ -140,11 +142,17 @@ def card_info(ctx: StageContext[ReleaseConfig], files: Rows) -> CardInfo:
     recall = (
         up["candidates"].read(table="recall").to_pylist() if "recall" in up["candidates"].table_names else []
     )
+    stages = lineage(dict(up))
+    abstracts = up["claims"].count_rows("corpus") + up["distractors"].num_rows
+    licence, why = release_licence(ctx.config.license, {ABSTRACTS_LICENCE: abstracts} if abstracts else {})
     return CardInfo(
         name=ctx.config.name,
         pretty_name=ctx.config.pretty_name,
-        license=ctx.config.license,
+        license=licence,
+        license_name=why,
+        own_license=ctx.config.license,
         pages_license=ctx.config.pages_license,
+        models=llm_decisions(stages.get("single_study")),
         files={key: len(rows) for key, rows in files.items()},
         pairs_text=ctx.config.pairs_text,
         variant=ctx.config.variant,
@@ -155,7 +163,28 @@ def card_info(ctx: StageContext[ReleaseConfig], files: Rows) -> CardInfo:
         pair_kinds=dict(kinds),
         recall=recall,
         dates=(min(published), max(published)) if published else None,
-        fingerprints={name: a.fingerprint for name, a in lineage(dict(up)).items()},
+        fingerprints={name: a.fingerprint for name, a in stages.items()},
+    )
+
+
+ABSTRACTS_LICENCE = "MEDLINE/PubMed abstracts (NLM terms; texts may be copyrighted by their publishers)"
+
+
+def llm_decisions(single_study: Artifact | None) -> tuple[str, ...]:
+    """What the LLM of ``single_study`` decided, as the card's provenance says it: the models
+    named in the decisions (``LLM (<model>): …``), the engine and the prompt's digest."""
+    llm = single_study.manifest["material"]["inputs"].get("llm") if single_study else None
+    if single_study is None or not llm:
+        return ()
+    texts = [row["decision"] for row in single_study.read(columns=["decided_by", "decision"]).to_pylist()] + [
+        row["detail"] or "" for row in single_study.excluded().to_pylist() if row["decided_by"] == "llm"
+    ]
+    models = Counter(m.group(1) for t in texts if (m := re.match(r"LLM \(([^)]+)\): ", t)))
+    prompt = single_study.manifest["material"]["inputs"].get("prompt_sha256", "")
+    return tuple(
+        f"`single_study`: {n} page(s) the rules left undecided decided by `{model}` ({llm['engine']}), "
+        f"prompt sha256 `{prompt[:16]}`"
+        for model, n in sorted(models.items())
     )
 
 
