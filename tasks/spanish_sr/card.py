@@ -56,6 +56,7 @@ class CardInfo:
     split_seed: int | None = None
     bm25: Mapping[str, Any] = field(default_factory=dict)
     models: Sequence[Mapping[str, Any]] = ()  # the models config's rows
+    answered: Sequence[str] = ()  # the LLMs that wrote questions, as provenance lines
     reviews: Sequence[Mapping[str, Any]] = ()  # reviews' side table rows, with queries per kind
     summary: Sequence[Mapping[str, Any]] = ()  # evaluate's summary rows
     significance: Sequence[Mapping[str, Any]] = ()
@@ -278,7 +279,7 @@ def render_card(info: CardInfo) -> str:
         *_results(info),
         *_usage(info),
         *_licences(info),
-        *provenance(info.fingerprints),
+        *provenance(info.fingerprints, info.answered),
         *citation(PAPER_BIBTEX, info.name, info.fingerprints),
     ]
     return card_text(_front_matter(info), body)

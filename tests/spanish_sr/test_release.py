@@ -375,3 +375,29 @@ def test_year_ranges_must_not_overlap() -> None:
     with pytest.raises(ValueError, match="overlap"):
         ReleaseConfig(year_bins=[(2009, 2013), (2013, 2015)])
     assert ReleaseConfig(year_bins=[(2020, 2023), (2009, 2012)]).year_bins[0] == (2020, 2023)
+
+
+def test_the_card_names_the_model_that_wrote_llm_questions(tmp_path: Path) -> None:
+    """Issue 29 §4: provenance from what ran: the model each ``llm`` question row names."""
+    from tasks.common.release.card import provenance
+    from tasks.spanish_sr.stages.release import _question_models
+
+    rows = pa.table(
+        {
+            "record_id": ["a", "b", "c", "d"],
+            "mode": ["llm", "llm", "title", "llm"],
+            "model": ["gemma-3-270m-q4_k_m", "gemma-3-270m-q4_k_m", None, "Qwen/Qwen2.5-7B-Instruct"],
+        }
+    )
+    answered = _question_models(artifact_of(tmp_path, "questions", rows))
+    assert answered == (
+        "`questions`: 1 question(s) written by `Qwen/Qwen2.5-7B-Instruct`",
+        "`questions`: 2 question(s) written by `gemma-3-270m-q4_k_m`",
+    )
+    lines = provenance({"questions": "abc"}, answered)
+    assert lines[:3] == ["## Provenance", "", "Models that answered, as the rows name them:"]
+    assert "- `questions`: 2 question(s) written by `gemma-3-270m-q4_k_m`" in lines
+    title_only = _question_models(
+        artifact_of(tmp_path / "t", "questions", rows.filter(pa.array([False, False, True, False])))
+    )
+    assert title_only == ()

@@ -241,7 +241,15 @@ def card_info(ctx: StageContext[ReleaseConfig], files: Rows, seed: int) -> CardI
         summary=[dict(zip(named["results"], r, strict=True)) for r in files[("results", "results")]],
         significance=[dict(zip(named["significance"], r, strict=True)) for r in files[("significance", "significance")]],
         fingerprints={name: a.fingerprint for name, a in lineage(dict(up)).items()},
+        answered=_question_models(up["questions"]),
     )  # fmt: skip
+
+
+def _question_models(questions: Artifact) -> tuple[str, ...]:
+    """The models that wrote questions (mode ``llm``), as the card's provenance names them."""
+    rows = questions.read(columns=["mode", "model"]).to_pylist()
+    models = Counter(r["model"] for r in rows if r["mode"] == "llm" and r["model"])
+    return tuple(f"`questions`: {n} question(s) written by `{m}`" for m, n in sorted(models.items()))
 
 
 def process(chunk: pa.Table, ctx: StageContext[ReleaseConfig]) -> ChunkResult:
