@@ -197,7 +197,8 @@ def _count(done: int, total: int, unit: str, elapsed: float) -> str:
         if rate > 0 and total >= done
         else "time left unknown"
     )
-    return f"{done:,}/{total:,} {unit} ({share}), {rate:,.1f} {unit}/s, {left}"
+    speed = f"{rate:,.1f}" if rate >= 1 or rate == 0 else f"{rate:.2g}"  # 0.033, not 0.0
+    return f"{done:,}/{total:,} {unit} ({share}), {speed} {unit}/s, {left}"
 
 
 def _duration(seconds: float) -> str:

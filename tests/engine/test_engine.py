@@ -529,6 +529,8 @@ def test_units_counted_inside_a_chunk_reach_the_stage_s_progress(tmp_path: Path)
 
 
 def test_log_progress_shows_the_running_chunk_s_units(caplog: pytest.LogCaptureFixture) -> None:
+    import time
+
     from irforge.progress import LogProgress
 
     progress = LogProgress(interval_s=3600)
@@ -538,6 +540,11 @@ def test_log_progress_shows_the_running_chunk_s_units(caplog: pytest.LogCaptureF
     line = progress.line()
     assert line.startswith("judge: 0/40 rows (0 %)")
     assert "; this chunk: 10/40 LLM requests (25 %)" in line and "LLM requests/s, about" in line
+    slow = LogProgress(interval_s=3600)
+    slow.start("train_dense", 1)
+    slow._unit = ("training steps", 2, 6, time.monotonic() - 60)  # 2 steps in a minute
+    assert "2/6 training steps (33 %), 0.033 training steps/s, about 2 min 00 s left" in slow.line()
+    slow.finish()
     progress.units("LLM requests", 40, 40)  # the chunk's units all done: the rows say the rest
     assert "this chunk" not in progress.line()
     progress.finish()
