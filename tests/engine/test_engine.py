@@ -411,10 +411,24 @@ def test_a_failure_after_finished_chunks_keeps_them_for_the_resumed_run(tmp_path
     assert len(list(work.glob("chunk-*.json"))) == 3
 
 
+def _numbers_in_chunks_of_10(root: Path, process: Any, count: int) -> tuple[Any, ArtifactStore, ToyConfig]:
+    """The toy ``numbers`` stage with ``process`` as its only stage, ``count`` rows in chunks of 10:
+    its step, store and config, ready for ``execute_step``."""
+    from irforge.pipeline import Pipeline, select_steps
+
+    stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process})
+    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
+    cfg = config(count=count)
+    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
+    store = ArtifactStore(root)
+    (step,) = select_steps(pipeline, pipeline.plan(cfg, root), Selection(), store)
+    return step, store, cfg
+
+
 def test_files_survive_a_failed_publish_for_the_resumed_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from irforge.pipeline import Pipeline, execute_step, select_steps
+    from irforge.pipeline import execute_step
     from irforge.stage import StageContext
 
     def process(chunk: pa.Table, ctx: StageContext[NumbersConfig]) -> ChunkResult:
@@ -424,12 +438,7 @@ def test_files_survive_a_failed_publish_for_the_resumed_run(
             chunk.append_column("value", chunk.column("id")), NUMBERS.excluded_schema.empty_table()
         )
 
-    stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process})
-    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
-    cfg = config(count=30)
-    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
-    store = ArtifactStore(tmp_path)
-    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
+    step, store, cfg = _numbers_in_chunks_of_10(tmp_path, process, count=30)
 
     def disk_full(*_args: object) -> None:
         raise OSError(28, "No space left on device")
@@ -494,7 +503,7 @@ class _Recorded:
 def test_units_counted_inside_a_chunk_reach_the_stage_s_progress(tmp_path: Path) -> None:
     """Issue 29 §3: a one-chunk stage does not sit at 0 rows: what its code counts on a meter
     (LLM requests, training steps) shows while the chunk runs; a meter outside a run counts silently."""
-    from irforge.pipeline import Pipeline, execute_step, select_steps
+    from irforge.pipeline import execute_step
     from irforge.progress import meter
     from irforge.stage import StageContext
 
@@ -506,12 +515,7 @@ def test_units_counted_inside_a_chunk_reach_the_stage_s_progress(tmp_path: Path)
             chunk.append_column("value", chunk.column("id")), NUMBERS.excluded_schema.empty_table()
         )
 
-    stage: StageSpec[NumbersConfig] = StageSpec(**{**NUMBERS.__dict__, "process": process})
-    pipeline = Pipeline(name="toy", config_type=ToyConfig, stages=(stage,), default_config=Path("x"))
-    cfg = config(count=20)
-    cfg = cfg.model_copy(update={"execution": cfg.execution.model_copy(update={"chunk_rows": 10})})
-    store = ArtifactStore(tmp_path)
-    (step,) = select_steps(pipeline, pipeline.plan(cfg, tmp_path), Selection(), store)
+    step, store, cfg = _numbers_in_chunks_of_10(tmp_path, process, count=20)
     seen = _Recorded()
     execute_step(step, store, "toy", cfg.execution, progress=seen)
     one_chunk = [("units", "training steps", n, 3) for n in range(4)]

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.engine.test_cli import irforge
 
 SHIPPED = REPO / "flows" / "configs" / "spanish_sr-llm-questions.yaml"
 RECORDS = sorted((REPO / "data" / "spanish_sr" / "ct-ebm-sp").glob("*.txt"))[:6]
@@ -48,16 +47,7 @@ def _config(tmp: Path) -> Path:
 
 
 def _run(env: dict[str, str], config: Path) -> dict[str, Any]:
-    exe = Path(sys.executable).with_name("irforge")
-    done = subprocess.run(
-        [str(exe), "run", "spanish_sr", "-c", str(config), "--until", "bm25"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = irforge(env, "run", "spanish_sr", "-c", str(config), "--until", "bm25", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = sorted((Path(env["IRFORGE_ARTIFACTS"]) / "spanish_sr" / "runs").glob("*.json"))
     record: dict[str, Any] = json.loads(runs[-1].read_text(encoding="utf-8"))
