@@ -134,6 +134,32 @@ def test_held_out_questions_are_ranked_and_every_inclusion_is_known(english: dic
     assert why.count("no_abstract") >= 20 and english["ingest"].excluded().num_rows == 0
 
 
+def test_records_without_a_question_are_still_reranked_when_retrieved(
+    english: dict[str, Artifact], tmp_path: Path
+) -> None:
+    """A record whose question the LLM failed to write is in the corpus all the same: retrieved
+    for another question, the reranker reads its abstract from the corpus (the 300-question LLM
+    demo crashed here with a KeyError)."""
+    import pyarrow as pa
+
+    from tasks.spanish_sr.stages import evaluate
+    from tests.spanish_sr.conftest import artifact_of, run_one
+
+    held = {
+        r["record_id"]
+        for r in english["train_dense"].read(table="split").to_pylist()
+        if r["part"] == "validation"
+    }
+    questions = english["questions"].read()
+    only_held = questions.filter(pa.array([rid in held for rid in questions.column("record_id").to_pylist()]))
+    assert 0 < only_held.num_rows < questions.num_rows
+    upstream = {**english, "questions": artifact_of(tmp_path, "questions", only_held)}
+    config = english["evaluate"].manifest["material"]["config"]
+    outcome = run_one(tmp_path, evaluate.SPEC, evaluate.EvaluateConfig.model_validate(config), upstream)
+    rerank = [r for r in outcome.artifact.read(table="held_out").to_pylist() if r["system"] == "rerank"]
+    assert rerank and all(r["queries"] == len(held) for r in rerank)
+
+
 def test_the_reranker_reorders_only_its_depth_by_its_own_logits(tmp_path: Path) -> None:
     texts = {
         f"d{i}": t

@@ -127,7 +127,6 @@ class _Inputs:
     fusion: Fusion
     held_out: dict[int, list[dict[str, Any]]]
     questions: dict[str, str]
-    abstracts: dict[str, str]
 
 
 def _inputs(ctx: StageContext[EvaluateConfig]) -> _Inputs:
@@ -143,10 +142,9 @@ def _inputs(ctx: StageContext[EvaluateConfig]) -> _Inputs:
     held_out: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in rows.filter(pc.equal(rows["part"], "validation")).to_pylist():
         held_out[r["seed"]].append(r)
-    pairs = ctx.upstream["questions"].read(columns=["record_id", "question", "abstract"]).to_pylist()
+    pairs = ctx.upstream["questions"].read(columns=["record_id", "question"]).to_pylist()
     questions = {p["record_id"]: p["question"] for p in pairs}
-    abstracts = {p["record_id"]: p["abstract"] for p in pairs}
-    return _Inputs(corpus, bm25_params(ctx), fusion, held_out, questions, abstracts)
+    return _Inputs(corpus, bm25_params(ctx), fusion, held_out, questions)
 
 
 def _reranker(config: EvaluateConfig, models: tuple[str, str | None, int]) -> Reranker | None:
@@ -199,8 +197,9 @@ def _held_out(
         rankings[r["method"]][r["query_id"]].append((r["record_id"], r["score"]))
     if reranker is not None and config.rerank_from in rankings:
         first = {q: [rid for rid, _ in r] for q, r in rankings[config.rerank_from].items()}
+        # every corpus record may be retrieved, also those that got no question of their own
         rankings["rerank"] = reranked(
-            first, shared.questions, shared.abstracts, reranker, config.rerank_depth
+            first, shared.questions, dict(shared.corpus), reranker, config.rerank_depth
         )
     qrels = {qid: {qid: 1} for qid in {r["query_id"] for r in rows}}
     measured = _measured(
