@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from irforge.artifacts import MANIFEST, ArtifactStore
+from irforge.artifacts import FILES, MANIFEST, ArtifactStore
 
 CONTENTS = ".contents"
 _BLOCK = 1 << 20
@@ -36,12 +36,13 @@ def accounting(field: pa.Field) -> pa.Field:
 
 def content_digest(folder: Path) -> str:
     """sha256 over every file under ``folder`` but its manifest: relative path, size and bytes,
-    in path order (the side tables and ``files/`` included). A Parquet file with
-    :func:`accounting` columns counts as its other columns instead (Arrow IPC stream)."""
+    in path order (the side tables and ``files/`` included). A table of the artifact (a Parquet
+    file outside ``files/``) with :func:`accounting` columns counts as its other columns instead
+    (Arrow IPC stream)."""
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
         relative = path.relative_to(folder).as_posix()
-        table = _without_accounting(path) if path.suffix == ".parquet" else None
+        table = _without_accounting(path) if _is_table(relative) else None
         if table is not None:
             digest.update(f"{relative}\0columns\0".encode())
             digest.update(_ipc_bytes(table))
@@ -53,9 +54,18 @@ def content_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def _is_table(relative: str) -> bool:
+    """One of the artifact's own Parquet tables (not a file a stage wrote into ``files/``)."""
+    return relative.endswith(".parquet") and not relative.startswith(f"{FILES}/")
+
+
 def _without_accounting(path: Path) -> pa.Table | None:
-    """The Parquet file's table less its accounting columns; None when it has none."""
-    schema = pq.read_schema(path)
+    """The Parquet file's table less its accounting columns; None when it has none (or is no
+    Parquet file after all: then its bytes count)."""
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowException, OSError):
+        return None
     names = [f.name for f in schema if (f.metadata or {}).get(b"irforge") != b"accounting"]
     if len(names) == len(schema.names):
         return None

@@ -111,3 +111,23 @@ def test_accounting_columns_are_left_out_of_the_digest_and_nothing_else(tmp_path
     )
     (from_cache / "files" / "note.txt").write_text("changed")
     assert content_digest(asked) != content_digest(from_cache)
+
+
+def test_files_a_stage_wrote_count_as_bytes_whatever_their_name(tmp_path: Path) -> None:
+    """``files/`` holds what a stage wrote (a release folder, an index): a ``.parquet`` name there
+    is no table of the artifact, and is hashed as bytes, never parsed (evidencebench's export
+    publishes a 4-byte one in its tests)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "artifact"
+    (folder / "files" / "release").mkdir(parents=True)
+    pq.write_table(pa.table({"id": ["a"]}), folder / "part-00000.parquet")
+    (folder / "files" / "release" / "data.parquet").write_bytes(b"PAR1")
+    first = content_digest(folder)
+    (folder / "files" / "release" / "data.parquet").write_bytes(b"PAR2")
+    assert content_digest(folder) != first
+    (folder / "excluded.parquet").write_bytes(b"not a table")  # damaged: its bytes count
+    damaged = content_digest(folder)
+    (folder / "excluded.parquet").write_bytes(b"not a table!")
+    assert content_digest(folder) != damaged
