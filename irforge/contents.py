@@ -66,7 +66,7 @@ def _without_accounting(path: Path) -> pa.Table | None:
         schema = pq.read_schema(path)
     except (pa.ArrowException, OSError):
         return None
-    names = [f.name for f in schema if (f.metadata or {}).get(b"irforge") != b"accounting"]
+    names = [f.name for f in schema if not ACCOUNTING.items() <= (f.metadata or {}).items()]
     if len(names) == len(schema.names):
         return None
     return pq.read_table(path, columns=names).combine_chunks()
